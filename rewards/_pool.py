@@ -1,0 +1,204 @@
+"""A pool of scoring processes that survives reward functions that hang or crash.
+
+Each worker is a spawned process that scores items one after another and sends each result back as
+soon as it is ready. Two time limits protect the caller:
+
+- inside the worker, every item runs under ``signal.setitimer`` (the worker's main thread), so a
+  pure-Python hang becomes a per-item ``timeout`` error;
+- outside, the dispatcher thread waits at most ``item_timeout_s + grace_s`` for each result; a worker
+  stuck in C code (or one that died: ``os._exit``, segfault) is killed and replaced, the item it was
+  on gets an error, and the rest of its chunk is re-sent to the new worker.
+
+An item's result is a dict ``{"score", "components", "info", "error"}`` (``error`` is ``None`` on
+success). Results are JSON-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import multiprocessing as mp
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+Item = tuple[str, str, dict[str, Any]]
+"""``(reward_name, response, task_dict)``."""
+
+
+class _ItemTimeout(BaseException):
+    """Raised by SIGALRM inside a worker; a BaseException so that `except Exception` in a reward cannot swallow it."""
+
+
+def error_result(message: str) -> dict[str, Any]:
+    """The result of an item that could not be scored."""
+    return {"score": 0.0, "components": {}, "info": {}, "error": message}
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def score_item(name: str, response: str, task_dict: dict[str, Any]) -> dict[str, Any]:
+    """Score one item in this process (no time limit); errors become the item's ``error``."""
+    from agentrl.types import Task
+    from rewards.registry import get_reward
+
+    try:
+        out = get_reward(name)(response, Task.from_dict(task_dict))
+        return {"score": float(out.score), "components": {k: float(v) for k, v in out.components.items()},
+                "info": _jsonable(out.info), "error": None}
+    except Exception as e:  # noqa: BLE001 - a bad item must never fail the batch
+        return error_result(f"{type(e).__name__}: {e}"[:500])
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _ItemTimeout
+
+
+def _worker_main(conn: Any, plugins: list[str], item_timeout_s: float) -> None:
+    """Worker loop: receive ``[(index, name, response, task_dict), ...]``, send ``(index, result)``."""
+    from rewards.registry import load_object, register
+
+    for spec in plugins:
+        register(spec, load_object(spec))
+    signal.signal(signal.SIGALRM, _on_alarm)
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return
+        for index, name, response, task_dict in batch:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, item_timeout_s)
+                result = score_item(name, response, task_dict)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except _ItemTimeout:
+                result = error_result(f"timeout: scoring took longer than {item_timeout_s}s")
+            conn.send((index, result))
+
+
+@dataclass
+class _Job:
+    items: list[Item]
+    future: Future = field(default_factory=Future)
+
+
+class _Worker:
+    """One worker process and its pipe."""
+
+    def __init__(self, ctx: Any, plugins: list[str], item_timeout_s: float) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, plugins, item_timeout_s), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+class WorkerPool:
+    """``await pool.score(items)`` -> one result dict per item, in order."""
+
+    def __init__(self, workers: int = 2, plugins: list[str] | None = None, item_timeout_s: float = 10.0,
+                 grace_s: float = 2.0, chunk_size: int = 128) -> None:
+        self.plugins = list(plugins or [])
+        self.item_timeout_s, self.grace_s, self.chunk_size = item_timeout_s, grace_s, chunk_size
+        self.restarts = 0
+        self._ctx = mp.get_context("spawn")
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._threads = [threading.Thread(target=self._dispatch, daemon=True, name=f"reward-worker-{i}")
+                         for i in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+
+    async def score(self, items: list[Item]) -> list[dict[str, Any]]:
+        """Score ``items`` across the workers; never raises for a bad item."""
+        if not items:
+            return []
+        n = min(len(self._threads), math.ceil(len(items) / 8))
+        size = min(self.chunk_size, math.ceil(len(items) / n))
+        jobs = [_Job(items[i:i + size]) for i in range(0, len(items), size)]
+        for job in jobs:
+            self._jobs.put(job)
+        parts = await asyncio.gather(*(asyncio.wrap_future(job.future) for job in jobs))
+        return [r for part in parts for r in part]
+
+    def score_sync(self, items: list[Item]) -> list[dict[str, Any]]:
+        """Blocking variant of :meth:`score` (for callers without an event loop)."""
+        job = _Job(list(items))
+        self._jobs.put(job)
+        return job.future.result()
+
+    def close(self) -> None:
+        """Stop the dispatcher threads and their worker processes."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join(10)
+
+    def _dispatch(self) -> None:
+        worker: _Worker | None = _Worker(self._ctx, self.plugins, self.item_timeout_s)
+        while (job := self._jobs.get()) is not None:
+            try:
+                if worker is None:
+                    worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
+                worker, results = self._run(worker, job.items)
+                job.future.set_result(results)
+            except BaseException as e:  # noqa: BLE001 - keep the dispatcher alive
+                job.future.set_result([error_result(f"internal error: {e!r}")] * len(job.items))
+                if worker is not None:
+                    worker.kill()
+                worker = None
+        if worker is not None:
+            worker.kill()
+
+    def _run(self, worker: _Worker, items: list[Item]) -> tuple[_Worker, list[dict[str, Any]]]:
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        pending = list(range(len(items)))
+        while pending:
+            worker.conn.send([(i, *items[i]) for i in pending])
+            failure = self._collect(worker, results, pending)
+            if failure is not None:
+                stuck = next(i for i in pending if results[i] is None)
+                results[stuck] = error_result(failure)
+                worker.kill()
+                self.restarts += 1
+                worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
+            pending = [i for i in pending if results[i] is None]
+        return worker, results  # type: ignore[return-value]
+
+    def _collect(self, worker: _Worker, results: list[dict[str, Any] | None], pending: list[int]) -> str | None:
+        """Read results until the chunk is done; return why the worker failed, or ``None``."""
+        for _ in range(len(pending)):
+            if not worker.conn.poll(self.item_timeout_s + self.grace_s):
+                return f"timeout: worker killed after {self.item_timeout_s + self.grace_s:.1f}s"
+            try:
+                index, result = worker.conn.recv()
+            except (EOFError, OSError):
+                return f"worker crashed (exit code {worker.proc.exitcode})"
+            results[index] = result
+        return None
+
+
+def wait_ready(pool: WorkerPool, timeout_s: float = 60.0) -> None:
+    """Block until every worker has started (scores one trivial item per worker)."""
+    deadline = time.monotonic() + timeout_s
+    items: list[Item] = [("numeric", "1", {"id": "warmup", "prompt": "", "answer": "1"})] * len(pool._threads)
+    futures = [_Job([it]) for it in items]
+    for job in futures:
+        pool._jobs.put(job)
+    for job in futures:
+        job.future.result(max(0.1, deadline - time.monotonic()))

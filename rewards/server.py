@@ -1,0 +1,253 @@
+"""The reward server (``agentrl serve-reward``): FastAPI + uvicorn, binds 127.0.0.1 by default.
+
+Endpoints (OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
+
+- ``POST /score`` — native batch API: ``{"reward": "math", "items": [{"response": "...",
+  "task": {...}} | {"response": "...", "label": ...}]}`` -> ``{"results": [{"score", "components",
+  "info", "error"}]}``. An item's own ``reward`` overrides the request's.
+- ``POST /get_reward`` — OpenRLHF's remote reward protocol: ``{"query": [...], "prompts": [...],
+  "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``. The response is
+  the query with its prompt prefix removed; the reward is ``?reward=`` or the server's default.
+- ``GET /rewards`` — the reward names available; ``GET /healthz`` — liveness (no token needed).
+
+Scoring runs in a pool of worker processes (:mod:`rewards._pool`), so the event loop stays
+responsive; an item that raises, hangs or kills its worker gets an ``error`` (score 0), the batch
+never fails. Optional bearer token (401), request size limit (413), schema validation (422).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import os
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from rewards._pool import WorkerPool, wait_ready
+from rewards.registry import available, get_reward, load_object, register
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the reward server runs."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; loopback by default."""
+    port: int = 8000
+    """TCP port."""
+    token: str | None = None
+    """Bearer token required on every endpoint but ``/healthz`` (``None``: no auth)."""
+    workers: int = 2
+    """Scoring worker processes."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """Larger request bodies get 413."""
+    item_timeout_s: float = 10.0
+    """Per-item scoring time limit."""
+    default_reward: str = "math"
+    """Reward used when a request names none."""
+    plugins: list[str] = field(default_factory=list)
+    """``module:function`` rewards to load (registered under that string and the function name)."""
+
+
+class TaskModel(BaseModel):
+    """A task (see ``agentrl.types.Task``)."""
+
+    id: str = "0"
+    prompt: str | list[dict[str, Any]] = ""
+    answer: Any = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScoreItem(BaseModel):
+    """One response to score, against a full task or just a gold label."""
+
+    response: str
+    task: TaskModel | None = None
+    label: Any = None
+    reward: str | None = None
+
+
+class ScoreRequest(BaseModel):
+    """A batch of items; ``reward`` is the default reward for items that name none."""
+
+    items: list[ScoreItem]
+    reward: str | None = None
+
+
+class ItemResult(BaseModel):
+    """The result of one item: ``error`` is set (and ``score`` 0) when it could not be scored."""
+
+    score: float
+    components: dict[str, float]
+    info: dict[str, Any]
+    error: str | None
+
+
+class ScoreResponse(BaseModel):
+    results: list[ItemResult]
+
+
+class OpenRLHFRequest(BaseModel):
+    """OpenRLHF's remote reward request (``--reward.remote_url``)."""
+
+    query: list[str]
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+class OpenRLHFResponse(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]
+
+
+class _BodyLimit:
+    """ASGI middleware: 413 for bodies over ``max_bytes`` (by header, or counted while streaming)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await self._reject(scope, receive, send)
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, "request body too large")
+            return message
+
+        await self.app(scope, limited, send)
+
+    async def _reject(self, scope: dict, receive: Any, send: Any) -> None:
+        response = JSONResponse({"detail": f"request body larger than {self.max_bytes} bytes"}, 413)
+        await response(scope, receive, send)
+
+
+def _load_plugins(specs: list[str]) -> None:
+    for spec in specs:
+        fn = load_object(spec)
+        register(spec, fn)
+        register(getattr(fn, "__name__", spec), fn)
+
+
+def _items_for_pool(items: list[ScoreItem], default: str) -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for i, item in enumerate(items):
+        task = item.task.model_dump() if item.task is not None else {
+            "id": str(i), "prompt": "", "answer": item.label, "metadata": {}}
+        out.append((item.reward or default, item.response, task))
+    return out
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The FastAPI app; the worker pool starts with the app's lifespan."""
+    _load_plugins(config.plugins)
+    # workers register plugins under the spec; the short name is mapped back here
+    aliases = {getattr(load_object(s), "__name__", s): s for s in config.plugins}
+    get_reward(aliases.get(config.default_reward, config.default_reward))  # unknown name: fail now
+    state: dict[str, WorkerPool] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202
+        state["pool"] = WorkerPool(config.workers, config.plugins, config.item_timeout_s)
+        wait_ready(state["pool"])
+        yield
+        state["pool"].close()
+
+    app = FastAPI(title="agentrl reward server", version="1", lifespan=lifespan)
+    app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
+
+    def check_token(request: Request) -> None:
+        if config.token is None:
+            return
+        got = request.headers.get("authorization", "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {config.token}".encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    async def run(items: list[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        items = [(aliases.get(name, name), resp, task) for name, resp, task in items]
+        return await state["pool"].score(items)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        """Liveness: ``{"status": "ok"}``."""
+        return {"status": "ok", "workers": config.workers, "restarts": state["pool"].restarts}
+
+    @app.get("/rewards", dependencies=[Depends(check_token)])
+    async def rewards_list() -> dict[str, Any]:
+        """Names accepted as ``reward``."""
+        return {"rewards": sorted(set(available()) | set(aliases)), "default": config.default_reward}
+
+    @app.post("/score", response_model=ScoreResponse, dependencies=[Depends(check_token)])
+    async def score(req: ScoreRequest) -> JSONResponse:
+        """Score a batch; each item gets a result (or an error), in order."""
+        results = await run(_items_for_pool(req.items, req.reward or config.default_reward))
+        return JSONResponse({"results": results})
+
+    @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=[Depends(check_token)])
+    async def get_reward_openrlhf(req: OpenRLHFRequest, reward: str | None = Query(None)) -> JSONResponse:
+        """OpenRLHF remote reward protocol."""
+        prompts = req.prompts or [""] * len(req.query)
+        labels = req.labels if req.labels is not None else [None] * len(req.query)
+        if len(prompts) != len(req.query) or len(labels) != len(req.query):
+            raise HTTPException(422, "query, prompts and labels must have the same length")
+        items = []
+        for i, (query, prompt, label) in enumerate(zip(req.query, prompts, labels)):
+            response = query[len(prompt):] if prompt and query.startswith(prompt) else query
+            items.append((reward or config.default_reward, response,
+                          {"id": str(i), "prompt": prompt, "answer": label, "metadata": {}}))
+        results = await run(items)
+        scores = [r["score"] for r in results]
+        logs: dict[str, list[float]] = {}
+        for name in sorted({k for r in results for k in r["components"]}):
+            logs[name] = [float(r["components"].get(name, 0.0)) for r in results]
+        logs["error"] = [1.0 if r["error"] else 0.0 for r in results]
+        return JSONResponse({"rewards": scores, "scores": scores, "extra_logs": logs})
+
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options of ``agentrl serve-reward``."""
+    p = argparse.ArgumentParser(prog="agentrl serve-reward", description="Serve reward functions over HTTP.")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--token", default=os.environ.get("AGENTRL_REWARD_TOKEN"),
+                   help="bearer token required by the API (default: $AGENTRL_REWARD_TOKEN; none if unset)")
+    p.add_argument("--workers", type=int, default=2, help="scoring worker processes")
+    p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--item-timeout", type=float, default=10.0, help="seconds per item")
+    p.add_argument("--default-reward", default="math")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE:FUNCTION",
+                   help="load a reward function (repeatable)")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def cli_main(argv: list[str]) -> int:
+    """Entry point of ``agentrl serve-reward``."""
+    import uvicorn
+
+    args = build_parser().parse_args(argv)
+    config = ServerConfig(host=args.host, port=args.port, token=args.token or None, workers=args.workers,
+                          max_body_bytes=args.max_body_bytes, item_timeout_s=args.item_timeout,
+                          default_reward=args.default_reward, plugins=args.plugin)
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level,
+                access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli_main(__import__("sys").argv[1:]))
