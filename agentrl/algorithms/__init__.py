@@ -1,0 +1,39 @@
+"""RL math as small pure tensor functions (torch only): advantage estimators, losses, KL.
+
+Shapes: B samples, A = T-1 action positions. ``mask`` (B,A) is 1 on tokens the policy generated.
+"""
+
+from agentrl.algorithms.advantages import (
+    ESTIMATORS,
+    compute_advantages,
+    discounted_returns,
+    dr_grpo_scores,
+    gae,
+    group_norm_scores,
+    reinforce_baseline_scores,
+    rloo_scores,
+    token_level_rewards,
+)
+from agentrl.algorithms.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl_penalty
+from agentrl.algorithms.losses import (
+    AGGREGATIONS,
+    agg_loss,
+    entropy_from_logits,
+    masked_mean,
+    masked_whiten,
+    policy_loss,
+    value_loss,
+)
+from agentrl.algorithms.preference import (
+    dpo_loss,
+    reward_model_loss,
+    sft_loss,
+)
+
+__all__ = [
+    "AGGREGATIONS", "ESTIMATORS", "KL_ESTIMATORS", "AdaptiveKLController", "FixedKLController",
+    "agg_loss", "compute_advantages", "discounted_returns", "dpo_loss", "dr_grpo_scores",
+    "entropy_from_logits", "gae", "group_norm_scores", "kl_penalty", "masked_mean", "masked_whiten",
+    "policy_loss", "reinforce_baseline_scores", "reward_model_loss", "rloo_scores", "sft_loss",
+    "token_level_rewards", "value_loss",
+]

