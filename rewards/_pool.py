@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+STARTUP_TIMEOUT_S = 120.0
 Item = tuple[str, str, dict[str, Any]]
 """``(reward_name, response, task_dict)``."""
 
@@ -68,11 +69,14 @@ def _on_alarm(signum: int, frame: Any) -> None:
 
 def _worker_main(conn: Any, plugins: list[str], item_timeout_s: float) -> None:
     """Worker loop: receive ``[(index, name, response, task_dict), ...]``, send ``(index, result)``."""
+    from rewards._sympy_worker import prestart
     from rewards.registry import load_object, register
 
+    prestart()  # the math slow path's helper; its start-up must not count against an item
     for spec in plugins:
         register(spec, load_object(spec))
     signal.signal(signal.SIGALRM, _on_alarm)
+    conn.send("ready")
     while True:
         try:
             batch = conn.recv()
@@ -102,6 +106,9 @@ class _Worker:
         self.proc = ctx.Process(target=_worker_main, args=(child, plugins, item_timeout_s), daemon=True)
         self.proc.start()
         child.close()
+        if not self.conn.poll(STARTUP_TIMEOUT_S) or self.conn.recv() != "ready":
+            self.kill()
+            raise RuntimeError("a scoring worker did not start")
 
     def kill(self) -> None:
         self.proc.kill()
@@ -169,6 +176,9 @@ class WorkerPool:
         results: list[dict[str, Any] | None] = [None] * len(items)
         pending = list(range(len(items)))
         while pending:
+            if not worker.proc.is_alive():  # died while idle
+                worker.kill()
+                worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
             worker.conn.send([(i, *items[i]) for i in pending])
             failure = self._collect(worker, results, pending)
             if failure is not None:

@@ -62,6 +62,11 @@ class SympyWorker:
                 self._kill()
                 raise
 
+    def start(self) -> None:
+        """Start the helper now (and wait until it is ready) instead of on the first call."""
+        with self._lock:
+            self._ensure_started()
+
     def close(self) -> None:
         """Stop the helper process (a new one starts on the next call)."""
         with self._lock:
@@ -110,6 +115,11 @@ class SympyWorker:
 
 _WORKER = SympyWorker()
 atexit.register(_WORKER.close)
+
+
+def prestart() -> None:
+    """Start this process's helper ahead of time (servers do this so no item pays the start-up)."""
+    _WORKER.start()
 
 
 def sympy_equal(pred: str, gold: str, *, timeout_s: float, float_rounding: int = 6) -> bool | None:
