@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrl.types import Task
-from rewards.registry import RewardFn, get_reward
+from rewards.registry import RewardFn, as_reward, get_reward
 
 
 def completion_text(completion: Any) -> str:
@@ -33,7 +33,7 @@ def trl_reward(reward: str | RewardFn, *, answer_key: str = "answer") -> Callabl
     The gold answer is read from the ``answer_key`` column; every other column goes to
     ``task.metadata`` (so code tasks can carry ``tests``).
     """
-    fn = get_reward(reward) if isinstance(reward, str) else reward
+    fn = get_reward(reward) if isinstance(reward, str) else as_reward(reward)
 
     def reward_func(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         scores = []
