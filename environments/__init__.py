@@ -8,6 +8,11 @@ from agentrl.env import register
 
 BUILTIN: dict[str, str] = {
     "agentrl/Arithmetic-v0": "environments.arithmetic:ArithmeticEnv",
+    "agentrl/Countdown-v0": "environments.countdown:CountdownEnv",
+    "agentrl/GSM8K-v0": "environments.math_envs:GSM8KEnv",
+    "agentrl/MATH500-v0": "environments.math_envs:MATH500Env",
+    "agentrl/AIME24-v0": "environments.math_envs:AIME24Env",
+    "agentrl/AMC23-v0": "environments.math_envs:AMC23Env",
 }
 
 

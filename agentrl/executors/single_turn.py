@@ -24,7 +24,7 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]], chat_templ
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     if chat_template and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # transformers 5: a BatchEncoding
     text = "\n".join(m["content"] for m in messages)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
