@@ -78,7 +78,8 @@ def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> 
         from agentrl.executors.multi_turn import MultiTurnExecutor
 
         return MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
-                                 chat_template=cfg.rollout.chat_template)
+                                 chat_template=cfg.rollout.chat_template,
+                                 max_total_tokens=cfg.rollout.max_total_tokens or None)
     return SingleTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                               chat_template=cfg.rollout.chat_template)
 

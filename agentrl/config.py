@@ -108,7 +108,10 @@ class RolloutConfig:
     n_samples: int = 8
     """Samples per task (the group of group estimators)."""
     max_new_tokens: int = 64
-    """Token budget of one response."""
+    """Token budget of one response (of one turn, in multi-turn episodes)."""
+    max_total_tokens: int = 0
+    """Token budget of a whole multi-turn episode after the prompt, actions and feedback (0 = 2 x
+    max_new_tokens x the env's max_turns)."""
     temperature: float = 1.0
     """Sampling temperature (0 = greedy)."""
     top_p: float = 1.0
