@@ -12,7 +12,6 @@ import atexit
 import importlib
 import json
 import os
-import signal
 import struct
 import sys
 import time
@@ -20,8 +19,6 @@ import time
 import _isolation  # type: ignore[import-not-found]
 import _program  # type: ignore[import-not-found]  # noqa: F401 (preloaded for the jobs)
 import _supervisor  # type: ignore[import-not-found]
-
-PR_SET_PDEATHSIG = 1
 
 
 def read_frame(fd: int) -> dict | None:
@@ -110,9 +107,8 @@ def drain(proc: dict, deadline: float, marker: bytes) -> bool:
 
 def serve(modules: list[str]) -> None:
     """Answer requests until stdin closes."""
-    from ctypes import CDLL, c_ulong
-
-    CDLL(None).prctl(PR_SET_PDEATHSIG, c_ulong(signal.SIGKILL), 0, 0, 0)
+    # No parent-death signal here: it fires when the *thread* that started us exits. We exit at
+    # the end of stdin instead, i.e. when the client process goes away.
     failed = preload(modules)
     iso = _isolation.probe()
     atexit.register(_isolation.remove_cgroups, iso)

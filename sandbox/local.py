@@ -176,13 +176,16 @@ class LocalSandbox(Sandbox):
         server.kill()
 
     def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
-        server = self._acquire()
-        try:
-            return server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
-        except ServerError as exc:
-            return _failed(str(exc))
-        finally:
-            self._release(server)
+        for attempt in range(2):  # a server that died (killed from outside) is replaced once
+            server = self._acquire()
+            try:
+                return server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
+            except ServerError as exc:
+                if attempt or "in time" in str(exc):
+                    return _failed(str(exc))
+            finally:
+                self._release(server)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Stop every server; later runs raise RuntimeError."""

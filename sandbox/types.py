@@ -93,6 +93,9 @@ def make_job(
     """The job dict the supervisor processes understand (JSON-safe)."""
     enc: dict[str, list[str]] = {}
     for name, data in (files or {}).items():
+        parts = name.replace("\\", "/").split("/")
+        if name.startswith("/") or ".." in parts or not name or name == "main.py":
+            raise ValueError(f"bad file name {name!r}: must be relative, inside the work dir, not main.py")
         enc[name] = ["t", data] if isinstance(data, str) else ["b", bytes(data).hex()]
     return {"code": code, "stdin": stdin, "files": enc, "limits": limits.to_dict(), "secret": secret}
 

@@ -1,0 +1,29 @@
+"""Fixtures for the sandbox tests: real fork-servers, a real Docker daemon, and host-cleanliness checks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from sandbox.local import LocalSandbox
+
+HUMANEVAL = Path(__file__).resolve().parents[2] / "environments" / "data" / "HumanEval.jsonl.gz"
+
+
+@pytest.fixture(scope="session")
+def humaneval() -> list[dict]:
+    """The 164 HumanEval problems."""
+    with gzip.open(HUMANEVAL, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def local() -> sandbox.Sandbox:
+    """A local sandbox with two warm fork-servers and short limits."""
+    sb = LocalSandbox(sandbox.Limits(timeout_s=2.0, memory_mb=256), workers=2)
+    yield sb
+    sb.close()

@@ -1,0 +1,62 @@
+"""Helpers shared by the sandbox tests (imported by name: this directory is on sys.path)."""
+
+from __future__ import annotations
+
+import os
+
+import sandbox
+
+SCRATCH = ("/tmp", "/dev/shm", "/var/tmp")
+
+
+def broken_variant(problem: dict, i: int) -> str:
+    """A deterministic wrong (or reward-hacking) program for problem `i`."""
+    bodies = [
+        "    return None\n",
+        "    class _AlwaysEqual:\n        def __eq__(self, other):\n            return True\n"
+        "        __ne__ = lambda self, other: False\n    return _AlwaysEqual()\n",
+        "    print('PASSED')\n    import sys\n    sys.exit(0)\n",
+        "    import os\n    os._exit(0)\n",
+    ]
+    return problem["prompt"] + bodies[i % len(bodies)]
+
+
+def sandbox_uids(sb: sandbox.Sandbox) -> set[int]:
+    """The uids jobs of this local sandbox run as."""
+    servers = [s for s in getattr(sb, "_all", []) if s is not None]
+    return {s.info["uid"] for s in servers if s.info.get("uid") is not None}
+
+
+def processes_of(uids: set[int]) -> list[str]:
+    """Host processes running as any of `uids` (should be none between jobs)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid in uids:
+                found.append(pid)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def files_of(uids: set[int]) -> list[str]:
+    """Entries in the host's scratch dirs owned by any of `uids` (should be none)."""
+    found = []
+    for d in SCRATCH:
+        for entry in os.scandir(d):
+            try:
+                if entry.stat(follow_symlinks=False).st_uid in uids:
+                    found.append(entry.path)
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def assert_host_clean(sb: sandbox.Sandbox) -> None:
+    """No process and no scratch file of the sandbox's uids is left on the host."""
+    uids = sandbox_uids(sb)
+    assert uids, "expected the local sandbox to run jobs under a non-root uid"
+    assert processes_of(uids) == []
+    assert files_of(uids) == []
