@@ -36,7 +36,7 @@ class TextEnv(gymnasium.Env):
     override :meth:`step` and return ``terminated=False`` with feedback as the next observation.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, render_mode: str | None = None) -> None:
         self.observation_space = text_space()

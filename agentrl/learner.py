@@ -54,6 +54,20 @@ def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, tempera
     return out
 
 
+class FrozenModel:
+    """A model that only scores (the reference policy): ``logprobs(exp) -> (B,A)``."""
+
+    def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0) -> None:
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.micro_batch_size = micro_batch_size
+        self.temperature = temperature if temperature > 0 else 1.0
+
+    def logprobs(self, exp: Experience) -> torch.Tensor:
+        return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature)
+
+
 def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: int
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with a linear warm-up, constant afterwards."""

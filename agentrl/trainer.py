@@ -37,7 +37,7 @@ from agentrl.components import (
 from agentrl.config import RunConfig, save_config
 from agentrl.evaluation import evaluate, fixed_tasks
 from agentrl.experience import Experience
-from agentrl.learner import PolicyLearner
+from agentrl.learner import FrozenModel, PolicyLearner
 from agentrl.tracking import StageTimer, Tracker, plot_curves
 from agentrl.types import Task, Trajectory
 
@@ -105,18 +105,18 @@ class Trainer:
         if cfg.model.warm_start.enabled and not resume:
             self.warm = warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
                                    make_env(cfg, cfg.env.dev_kwargs))
-        self.ref_model = self._frozen_copy() if cfg.algo.kl_mode != "none" else None
-        self.engine = make_engine(cfg, self.model, self.tokenizer, self.model_path)
+        self.reference = self.build_reference()
+        self.critic = self.build_critic()
+        self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
         self.eval_executor = make_executor(cfg, self.eval_env, self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
-        self.learner = PolicyLearner(self.model, cfg.learner, cfg.algo, temperature=cfg.rollout.temperature,
-                                     max_new_tokens=cfg.rollout.max_new_tokens)
+        self.learner = self.build_learner()
         a = cfg.algo
         self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.kl_coef))
         self.tasks = TaskSource(self.env, cfg.data.seed)
-        self.reward_model = None
+        self.reward_model = self.build_reward_model()
         self.step_idx = 0
         if resume:
             self._resume()
@@ -154,11 +154,10 @@ class Trainer:
         """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps)."""
         if self.learner.needs_old_logprobs(len(exp)):
             exp.old_logprobs = self.learner.logprobs(exp)
-        if self.ref_model is not None:
-            from agentrl.learner import batched_logprobs
-
-            exp.ref_logprobs = batched_logprobs(self.ref_model, exp, self.cfg.learner.micro_batch_size,
-                                                self.learner.temperature)
+        if self.reference is not None:
+            exp.ref_logprobs = self.reference.logprobs(exp)
+        if self.critic is not None:
+            exp.values = self.critic.values(exp)
 
     def advantages(self, exp: Experience) -> dict[str, float]:
         """Advantages and returns from rewards (and the KL penalty when it is in the reward)."""
@@ -177,8 +176,10 @@ class Trainer:
 
     def update(self, exp: Experience) -> dict[str, float]:
         """Policy update; the adaptive KL coefficient follows the batch's KL."""
-        metrics = self.learner.train_step(exp, kl_coef=self.kl_ctl.value)
-        return {f"loss/{k}": v for k, v in metrics.items()}
+        metrics = {f"loss/{k}": v for k, v in self.learner.train_step(exp, kl_coef=self.kl_ctl.value).items()}
+        if self.critic is not None:
+            metrics.update({f"critic/{k}": v for k, v in self.critic.train_step(exp).items()})
+        return metrics
 
     def sync_weights(self) -> None:
         """Push the policy's weights to the engine (free when the engine shares the model)."""
@@ -282,12 +283,35 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
 
-    def _frozen_copy(self) -> Any:
-        ref = copy.deepcopy(self.model)
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
+    # ------------------------------------------------------------------ wiring (overridden by the Ray trainer)
+    def build_reference(self) -> Any:
+        """A frozen copy of the initial policy, when the KL is used (``.logprobs(exp) -> (B,A)``)."""
+        if self.cfg.algo.kl_mode == "none":
+            return None
+        return FrozenModel(copy.deepcopy(self.model), self.cfg.learner.micro_batch_size, self.cfg.rollout.temperature)
+
+    def build_critic(self) -> Any:
+        """The value model for ``gae`` (``.values(exp)``, ``.train_step(exp)``); None otherwise."""
+        if self.cfg.algo.estimator != "gae":
+            return None
+        from agentrl.critic import Critic
+
+        return Critic.from_config(self.cfg, self.model_path)
+
+    def build_engine(self) -> Any:
+        return make_engine(self.cfg, self.model, self.tokenizer, self.model_path)
+
+    def build_learner(self) -> Any:
+        return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,
+                             max_new_tokens=self.cfg.rollout.max_new_tokens)
+
+    def build_reward_model(self) -> Any:
+        """Scores samples the env could not verify (``.score(trajectories) -> list[float]``)."""
+        if not self.cfg.reward.model:
+            return None
+        from agentrl.reward_model import RewardModel
+
+        return RewardModel.load(self.cfg.reward.model, tokenizer=self.tokenizer, device=self.cfg.model.device)
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
