@@ -16,7 +16,7 @@ import warnings
 import weakref
 from typing import Any
 
-from .types import Limits, Sandbox
+from .types import Limits, Sandbox, failed_result
 
 log = logging.getLogger(__name__)
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server.py")
@@ -182,7 +182,7 @@ class LocalSandbox(Sandbox):
                 return server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
             except ServerError as exc:
                 if attempt or "in time" in str(exc):
-                    return _failed(str(exc))
+                    return failed_result(str(exc))
             finally:
                 self._release(server)
         raise AssertionError("unreachable")
@@ -199,9 +199,3 @@ def _close_all(servers: list[ForkServer]) -> None:
     for server in list(servers):
         if server is not None:
             server.close()
-
-
-def _failed(message: str) -> dict[str, Any]:
-    """The result of a job whose server broke down."""
-    return {"status": "killed", "exit_code": None, "stdout": "", "stderr": message,
-            "stdout_truncated": False, "stderr_truncated": False, "duration_s": 0.0, "report": ""}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from .local import DEFAULT_PRELOAD, ForkServer, ServerError, _failed, _warn_once
+from .local import DEFAULT_PRELOAD, ForkServer, ServerError, _warn_once
 from .types import ExecutionResult, Limits, make_job, result_from_dict
 
 
@@ -59,7 +59,7 @@ class PythonSession:
             try:
                 raw = self._server.request({"op": "exec", "code": code, "timeout_s": timeout}, timeout + 60)
             except ServerError as exc:
-                raw = {**_failed(str(exc)), "session_ended": True}
+                raw = {**failed_result(str(exc)), "session_ended": True}
             if raw.get("session_ended"):
                 self._open, self._ended_before = False, True
             if note:

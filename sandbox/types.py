@@ -100,6 +100,12 @@ def make_job(
     return {"code": code, "stdin": stdin, "files": enc, "limits": limits.to_dict(), "secret": secret}
 
 
+def failed_result(message: str) -> dict[str, Any]:
+    """The result dict of a job that could not run (its server or container broke down)."""
+    return {"status": "killed", "exit_code": None, "stdout": "", "stderr": message,
+            "stdout_truncated": False, "stderr_truncated": False, "duration_s": 0.0, "report": ""}
+
+
 class Sandbox:
     """Base class of the backends: runs untrusted Python programs under `Limits`."""
 

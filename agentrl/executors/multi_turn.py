@@ -176,6 +176,8 @@ class MultiTurnExecutor:
         e.turn_rewards.append(float(reward))
         e.info.update(verified=step_info.get("verified", True),
                       reward_components=dict(step_info.get("reward_components", {})))
+        if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
+            e.info["parsed"] = step_info["parsed"]
         if terminated or truncated or out_of_budget or len(e.turn_rewards) >= self.max_turns:
             self._end(e, bool(terminated), bool(truncated) or out_of_budget or not terminated)
             return

@@ -68,6 +68,8 @@ class SingleTurnExecutor:
             _, reward, terminated, truncated, step_info = self.env.step(text)
             info.update(verified=step_info.get("verified", True),
                         reward_components=step_info.get("reward_components", {}))
+            if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
+                info["parsed"] = step_info["parsed"]
         except Exception as e:  # a crashing env fails this episode, not the batch
             log.warning("env %s raised on task %s: %r", type(self.env).__name__, task.id, e)
             reward, terminated, truncated = 0.0, True, False

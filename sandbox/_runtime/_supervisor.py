@@ -307,12 +307,13 @@ def _set_rlimits(limits: dict) -> None:
 
 
 def main() -> None:
-    """Script entry (Docker backend): run the job in argv[1] and print the result as JSON."""
+    """Script entry (Docker backend): `_supervisor.py env UID` runs the job found in the
+    SANDBOX_JOB_<i> environment variables (a JSON string in chunks) and prints the result."""
     from _isolation import probe  # type: ignore[import-not-found]
 
-    with open(sys.argv[1]) as f:
-        job = json.load(f)
-    iso = probe(uid=int(sys.argv[2]) if len(sys.argv) > 2 else None, container=True)
+    keys = sorted((k for k in os.environ if k.startswith("SANDBOX_JOB_")), key=lambda k: int(k[12:]))
+    job = json.loads("".join(os.environ.pop(k) for k in keys))
+    iso = probe(uid=int(sys.argv[2]), container=True)
     result = run_job(job, iso)
     sys.stdout.write(json.dumps(result))
     sys.stdout.flush()
