@@ -160,6 +160,12 @@ class AlgoConfig:
     """Drop prompt groups whose rewards are all equal (they carry no group-relative signal)."""
     adv_eps: float = 1e-6
     """Epsilon in group normalisation."""
+    max_refill_rounds: int = 0
+    """With drop_zero_std_groups: extra rollout rounds that refill the batch to data.prompts_per_step groups."""
+    overlong_buffer: int = 0
+    """DAPO overlong penalty: a linear penalty in the last N tokens before rollout.max_new_tokens (0 = off)."""
+    overlong_penalty: float = 1.0
+    """Penalty at the token budget itself (it grows linearly from 0 across overlong_buffer)."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,22 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    envs: list[str] = field(default_factory=list)
+    """Env ids ``agentrl eval`` evaluates (empty: env.id); training evaluates env.id with env.eval_kwargs."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Per env id kwargs of eval envs other than env.id (default: env.eval_kwargs, i.e. the test split)."""
+    max_tasks: int = 0
+    """Tasks per eval env (0 = data.eval_tasks)."""
+    n_samples: int = 1
+    """Samples per task (pass@k and maj@k need n_samples >= k)."""
+    k: list[int] = field(default_factory=lambda: [1])
+    """The k of pass@k (unbiased estimator) and maj@k; values above n_samples are skipped."""
+    temperature: float | None = None
+    """Eval sampling temperature (None: greedy if n_samples is 1 and log.eval_greedy, else rollout.temperature)."""
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     every: int = 0
     """Save every N steps (0 = only at the end)."""
@@ -262,6 +284,8 @@ class RunConfig:
     """Metrics, plots, progress."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation: ``agentrl eval`` and the evaluations during training."""
 
 
 CHOICES = {
@@ -295,6 +319,10 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_check_type(v, typing.get_args(tp)[0], f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
