@@ -4,7 +4,7 @@ local backend uses, as root inside the container, dropping the job to a non-root
 Containers: `network_mode=none`, read-only root, tmpfs /tmp, memory (no swap), one CPU and pids
 limits, all capabilities dropped except those the supervisor needs to drop privileges and clean up,
 `no-new-privileges`; removed on `close()`. The supervisor's files are bind-mounted read-only from
-this package, so the Docker daemon must run on this host. The job (with the test runner's secret)
+this package's `_runtime` directory, so the Docker daemon must run on this host. The job (with the test runner's secret)
 travels in the exec's environment, which the job's uid cannot read.
 """
 
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 DEFAULT_IMAGE = "python:3.11-slim"
 IMAGE_ENV = "AGENTRL_SANDBOX_IMAGE"
 LOCAL = "local"
-PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runtime")
 LABEL = "agentrl.sandbox"
 ENV_CHUNK = 100_000  # below the kernel's 128 KiB limit per environment string
 REAPER = "import os, time\nwhile True:\n    try: os.wait()\n    except ChildProcessError: time.sleep(1)"
@@ -86,7 +86,7 @@ class DockerSandbox(Sandbox):
             pids_limit=lim.max_processes + 16, cap_drop=["ALL"],
             cap_add=["SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"],
             security_opt=["no-new-privileges"], user="0", environment={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-            volumes={PKG_DIR: {"bind": "/opt/sandbox", "mode": "ro"}}, labels={LABEL: "1"},
+            volumes={RUNTIME_DIR: {"bind": "/opt/sandbox", "mode": "ro"}}, labels={LABEL: "1"},
             auto_remove=False,
         )
         container.sandbox_uid = 300000 + random.randrange(1_000_000)  # per container: RLIMIT_NPROC

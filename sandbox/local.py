@@ -19,7 +19,7 @@ from typing import Any
 from .types import Limits, Sandbox, failed_result
 
 log = logging.getLogger(__name__)
-SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server.py")
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runtime", "_server.py")
 DEFAULT_PRELOAD = (
     "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing",
     "json", "random", "statistics", "fractions", "decimal", "hashlib", "datetime", "copy",

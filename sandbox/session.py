@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from .local import DEFAULT_PRELOAD, ForkServer, ServerError, _warn_once
-from .types import ExecutionResult, Limits, make_job, result_from_dict
+from .types import ExecutionResult, Limits, failed_result, make_job, result_from_dict
 
 
 class PythonSession:

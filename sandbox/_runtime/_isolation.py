@@ -244,7 +244,11 @@ def kill_leftovers(iso: dict, pid: int) -> None:
         child = os.fork()
         if child == 0:
             os.setresuid(uid, uid, uid)
-            os.kill(-1, signal.SIGKILL)  # every process of this uid except this one
+            for _ in range(1000):  # again until none is left: a fork bomb forks while we kill
+                try:
+                    os.kill(-1, signal.SIGKILL)  # every process of this uid except this one
+                except ProcessLookupError:
+                    break
             os._exit(0)
         os.waitpid(child, 0)
 
