@@ -8,6 +8,8 @@ Written to a temporary dir, then renamed, so a crash never leaves a half checkpo
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -70,3 +72,30 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     """The training state saved beside the policy (call ``set_rng_state(state["rng"])`` to resume)."""
     return torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)
+
+
+def truncate_metrics(run_dir: Path, step: int) -> int:
+    """Cut ``metrics.jsonl`` back to the rows of steps <= ``step`` (the checkpoint a run resumes from).
+
+    Rows a crashed run wrote after its last checkpoint (and a half-written last line) would
+    otherwise be duplicated by the resumed run; they move to ``metrics.discarded.jsonl``. The file is
+    replaced atomically. Returns the number of rows moved.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    keep, drop = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            drop.append(line)
+            continue
+        (keep if row.get("step", 0) <= step else drop).append(line)
+    if drop:
+        with open(path.with_name("metrics.discarded.jsonl"), "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in drop))
+        tmp = path.with_name(".metrics.jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        os.replace(tmp, path)
+    return len(drop)

@@ -19,6 +19,25 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from agentrl.config import load_config
+    from agentrl.evaluation import run_eval
+
+    overrides = list(args.overrides)
+    if args.env:
+        overrides.append("eval.envs=[" + ", ".join(args.env) + "]")
+    cfg = load_config(args.config, overrides)
+    run_eval(cfg, args.out, model_path=args.model)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from agentrl.report import write_report
+
+    print(write_report(args.run_dir))
+    return 0
+
+
 def _envs(args: argparse.Namespace) -> int:
     from agentrl.env import list_envs
 
@@ -42,6 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="where to write the run (default from log.run_dir)")
     t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     t.set_defaults(fn=_train)
+    v = sub.add_parser("eval", help="evaluate a model on registered envs: pass@k, maj@k, tables, eval.json")
+    v.add_argument("overrides", nargs="*", help="dotted.key=value overrides (eval.n_samples=8 eval.k=[1,8])")
+    v.add_argument("--config", default=None, help="YAML config (sampling, eval section); optional")
+    v.add_argument("--model", default=None, help="HF dir, hub id, checkpoint dir or 'tiny' (default model.path)")
+    v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
+    v.add_argument("--out", default="eval_out", help="directory for eval.json")
+    v.set_defaults(fn=_eval)
+    r = sub.add_parser("report", help="PNG plots and report.md of a run")
+    r.add_argument("run_dir", help="the run directory (metrics.jsonl)")
+    r.set_defaults(fn=_report)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)

@@ -1,16 +1,137 @@
-"""Held-out evaluation: greedy (or sampled) accuracy of the policy on a fixed set of tasks."""
+"""Evaluation: pass@k (unbiased estimator), maj@k, per-dataset and per-difficulty tables.
+
+The same code runs inside training (``log.eval_every``) and from ``agentrl eval``:
+:func:`evaluate` samples ``n_samples`` responses per task on an executor and summarises them;
+:func:`run_eval` (the CLI) does it for several registered envs, prints tables and writes
+``eval.json``.
+
+A sample is *correct* when its ``correct`` reward component (or, without one, its reward) is at
+least 1. maj@k votes over the env's parsed final answers (``info["parsed"]``, math envs) of the first
+k samples of a task; unparsed answers do not vote, ties go to the answer seen first.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agentrl.engines.base import SamplingParams
 from agentrl.env import TextEnv
-from agentrl.types import Task
+from agentrl.types import Task, Trajectory
 
 
+# ---------------------------------------------------------------------------------- pure math
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``.
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` (Chen et al. 2021), which never forms the
+    large binomials.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def majority_answer(answers: Sequence[str | None]) -> str | None:
+    """The most frequent non-None answer (ties: the one seen first); None when nothing parsed."""
+    votes = Counter(a for a in answers if a is not None)
+    return votes.most_common(1)[0][0] if votes else None
+
+
+def maj_at_k(answers: Sequence[str | None], correct: Sequence[bool], k: int) -> float:
+    """1.0 when the majority answer of the first ``k`` samples is a correct one, else 0.0."""
+    if not 1 <= k <= len(answers) or len(answers) != len(correct):
+        raise ValueError(f"maj@k needs 1 <= k <= n samples with one correctness each, got k={k}")
+    top = majority_answer(answers[:k])
+    if top is None:
+        return 0.0
+    return float(next(c for a, c in zip(answers[:k], correct[:k]) if a == top))
+
+
+def sample_correct(traj: Trajectory) -> bool:
+    """Whether one sample solved its task (``correct`` component, else the reward, at least 1)."""
+    components = traj.info.get("reward_components") or {}
+    return float(components.get("correct", traj.reward)) >= 1.0
+
+
+# ---------------------------------------------------------------------------------- records
+@dataclass
+class TaskResult:
+    """The samples of one task, reduced to what the metrics need."""
+
+    task_id: str
+    dataset: str
+    difficulty: str
+    correct: list[bool]
+    rewards: list[float]
+    lengths: list[int]
+    answers: list[str | None] | None = None
+    """Parsed final answers (None for envs that do not parse one, e.g. code)."""
+    responses: list[str] = field(default_factory=list)
+
+
+def difficulty_of(task: Task) -> str:
+    """``metadata["difficulty"]`` or ``metadata["level"]`` as text ("-" when absent)."""
+    value = task.metadata.get("difficulty", task.metadata.get("level"))
+    return "-" if value is None else str(value)
+
+
+def task_results(tasks: list[Task], trajs: list[Trajectory], n: int, dataset: str) -> list[TaskResult]:
+    """Group ``n`` consecutive trajectories per task (the executor's order)."""
+    if len(trajs) != n * len(tasks):
+        raise ValueError(f"expected {n} samples for each of {len(tasks)} tasks, got {len(trajs)}")
+    out = []
+    for i, task in enumerate(tasks):
+        group = trajs[i * n:(i + 1) * n]
+        parsed = all("parsed" in t.info for t in group)
+        out.append(TaskResult(
+            task_id=task.id, dataset=dataset, difficulty=difficulty_of(task),
+            correct=[sample_correct(t) for t in group], rewards=[float(t.reward) for t in group],
+            lengths=[t.num_action_tokens for t in group],
+            answers=[None if t.info["parsed"] is None else str(t.info["parsed"]) for t in group] if parsed else None,
+            responses=[str(t.info.get("response", "")) for t in group]))
+    return out
+
+
+def summarize(results: list[TaskResult], ks: Sequence[int]) -> dict[str, float]:
+    """accuracy (mean correctness of all samples), mean reward and length, pass@k, maj@k."""
+    if not results:
+        return {"tasks": 0.0}
+    n = min(len(r.correct) for r in results)
+    out = {"tasks": float(len(results)), "samples": float(sum(len(r.correct) for r in results)),
+           "accuracy": float(np.mean([c for r in results for c in r.correct])),
+           "mean_reward": float(np.mean([x for r in results for x in r.rewards])),
+           "response_length": float(np.mean([x for r in results for x in r.lengths]))}
+    for k in sorted(set(ks)):
+        if k > n:
+            continue
+        out[f"pass@{k}"] = float(np.mean([pass_at_k(len(r.correct), sum(r.correct), k) for r in results]))
+        if all(r.answers is not None for r in results):
+            out[f"maj@{k}"] = float(np.mean([maj_at_k(r.answers, r.correct, k) for r in results]))
+    return out
+
+
+def tables(results: list[TaskResult], ks: Sequence[int]) -> dict[str, dict[str, dict[str, float]]]:
+    """Summaries per dataset and per (dataset, difficulty)."""
+    by_data: dict[str, list[TaskResult]] = {}
+    by_diff: dict[str, list[TaskResult]] = {}
+    for r in results:
+        by_data.setdefault(r.dataset, []).append(r)
+        by_diff.setdefault(f"{r.dataset} | {r.difficulty}", []).append(r)
+    return {"datasets": {k: summarize(v, ks) for k, v in by_data.items()},
+            "difficulties": {k: summarize(v, ks) for k, v in sorted(by_diff.items())}}
+
+
+# ---------------------------------------------------------------------------------- running
 def fixed_tasks(env: TextEnv, n: int, seed: int) -> list[Task]:
     """``n`` distinct tasks, the same for the same seed: the env's dataset if it has one, else drawn."""
     dataset = getattr(env, "tasks", None)
@@ -28,10 +149,81 @@ def fixed_tasks(env: TextEnv, n: int, seed: int) -> list[Task]:
     return list(seen.values())
 
 
-def evaluate(executor: Any, tasks: list[Task], params: SamplingParams) -> dict[str, float]:
-    """Run one sample per task; accuracy = share of reward >= 1 (exactly solved), mean reward."""
-    trajs = executor.run(tasks, n_samples=1, params=params)
-    rewards = [t.reward for t in trajs]
-    return {"accuracy": float(np.mean([r >= 1.0 for r in rewards])) if rewards else 0.0,
-            "mean_reward": float(np.mean(rewards)) if rewards else 0.0,
-            "response_length": float(np.mean([t.num_action_tokens for t in trajs])) if trajs else 0.0}
+def evaluate_tasks(executor: Any, tasks: list[Task], params: SamplingParams, n_samples: int = 1,
+                   dataset: str = "eval") -> list[TaskResult]:
+    """Sample ``n_samples`` responses per task and score them with the executor's env."""
+    trajs = executor.run(tasks, n_samples=n_samples, params=params)
+    return task_results(tasks, trajs, n_samples, dataset)
+
+
+def evaluate(executor: Any, tasks: list[Task], params: SamplingParams, n_samples: int = 1,
+             ks: Sequence[int] = (1,)) -> dict[str, float]:
+    """Flat metrics of one eval set: ``accuracy``, ``mean_reward``, ``response_length``, ``pass@k``,
+    ``maj@k`` (math)."""
+    return summarize(evaluate_tasks(executor, tasks, params, n_samples), ks)
+
+
+def eval_params(cfg: Any) -> SamplingParams:
+    """Sampling parameters of evaluation: ``rollout.*`` with ``eval.temperature`` (see EvalConfig)."""
+    from agentrl.components import sampling_params
+
+    e = cfg.eval
+    greedy = e.temperature is None and e.n_samples == 1 and cfg.log.eval_greedy
+    params = sampling_params(cfg, greedy=greedy)
+    if e.temperature is not None:
+        params = replace(params, temperature=e.temperature)
+    return params
+
+
+def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> dict[str, Any]:
+    """``agentrl eval``: evaluate a model on ``eval.envs``; print tables and write ``eval.json``."""
+    from agentrl.components import load_policy, make_engine, make_env, make_executor, resolve_model_path
+
+    primary = make_env(cfg)
+    path = model_path or cfg.model.path
+    path = resolve_model_path(cfg, primary) if path == "tiny" else path
+    if (Path(path) / "policy").is_dir():  # a training checkpoint dir
+        path = str(Path(path) / "policy")
+    model, tokenizer = load_policy(cfg, path)
+    engine = make_engine(cfg, model, tokenizer, path)
+    params, n = eval_params(cfg), cfg.eval.n_samples
+    results: list[TaskResult] = []
+    for env_id in cfg.eval.envs or [cfg.env.id]:
+        kwargs = ({**cfg.env.kwargs, **cfg.env.eval_kwargs} if env_id == cfg.env.id
+                  else cfg.eval.env_kwargs.get(env_id, cfg.env.eval_kwargs))
+        env = make_env(replace(cfg, env=replace(cfg.env, id=env_id, kwargs=dict(kwargs))))
+        executor = make_executor(cfg, env, engine, tokenizer)
+        tasks = fixed_tasks(env, cfg.eval.max_tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
+        results += evaluate_tasks(executor, tasks, params, n, dataset=env_id)
+    report = {"model": str(path), "n_samples": n, "k": list(cfg.eval.k),
+              "sampling": asdict(params), "overall": summarize(results, cfg.eval.k),
+              **tables(results, cfg.eval.k), "samples": [asdict(r) for r in results]}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(report, indent=1))
+    print_tables(report)
+    return report
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    """The per-dataset and per-difficulty tables of an ``eval.json`` report, with rich."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    for title, rows in (("per dataset", report["datasets"]), ("per difficulty", report["difficulties"])):
+        cols = sorted({k for r in rows.values() for k in r if "@" in k}, key=_metric_order)
+        table = Table(title=f"eval {title} (n={report['n_samples']})")
+        for name in ("set", "tasks", "accuracy", *cols, "length"):
+            table.add_column(name, justify="left" if name == "set" else "right")
+        for name, r in rows.items():
+            table.add_row(name, f"{r['tasks']:.0f}", f"{r['accuracy']:.3f}",
+                          *[f"{r[c]:.3f}" if c in r else "-" for c in cols], f"{r['response_length']:.1f}")
+        console.print(table)
+
+
+def _metric_order(name: str) -> tuple[bool, float]:
+    kind, _, k = name.partition("@")
+    return kind != "pass", int(k) if k.isdigit() else math.inf

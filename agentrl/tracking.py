@@ -38,14 +38,16 @@ class StageTimer:
 class Tracker:
     """Writes metrics rows to every sink and drives the progress bar."""
 
-    def __init__(self, run_dir: Path, cfg: LogConfig, total_steps: int, config: dict[str, Any] | None = None):
+    def __init__(self, run_dir: Path, cfg: LogConfig, total_steps: int, config: dict[str, Any] | None = None,
+                 start_step: int = 0):
+        """``start_step`` > 0 resumes: TensorBoard events after it (a crashed run's) are purged."""
         self.run_dir, self.cfg = run_dir, cfg
         self.path = run_dir / "metrics.jsonl"
         self._tb = self._wandb = self._progress = None
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
         if cfg.wandb_project:
             import wandb  # optional dependency
 
@@ -56,7 +58,7 @@ class Tracker:
             self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), TextColumn("{task.fields[status]}"), transient=False)
             self._progress.start()
-            self._task = self._progress.add_task("train", total=total_steps, status="")
+            self._task = self._progress.add_task("train", total=total_steps, completed=start_step, status="")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
@@ -74,6 +76,8 @@ class Tracker:
                 status += f" | {metrics['throughput/tokens_per_s']:.0f} tok/s"
             if "time/step" in metrics:
                 status += f" | {metrics['time/step']:.2f} s/step"
+                stages = [f"{k[5:]} {v:.2f}" for k, v in metrics.items() if k.startswith("time/") and k != "time/step"]
+                status += f" ({', '.join(stages)})" if stages else ""
             self._progress.update(self._task, completed=step, status=status)
 
     def print(self, text: str) -> None:

@@ -31,14 +31,14 @@ from agentrl.components import (
     make_env,
     make_executor,
     resolve_model_path,
-    sampling_params,
     warm_start,
 )
 from agentrl.config import RunConfig, save_config
-from agentrl.evaluation import evaluate, fixed_tasks
+from agentrl.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
+from agentrl.evaluation import eval_params, evaluate, fixed_tasks
 from agentrl.experience import Experience
 from agentrl.learner import FrozenModel, PolicyLearner
-from agentrl.tracking import StageTimer, Tracker, plot_curves
+from agentrl.tracking import StageTimer, Tracker, plot_curves, read_metrics
 from agentrl.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Trainer:
         self.model, self.tokenizer = load_policy(cfg, self.model_path)
         self.timer = StageTimer()
         self.warm = None
-        if cfg.model.warm_start.enabled and not resume:
+        if cfg.model.warm_start.enabled:  # on resume too (cached): the reference is the warm-started policy
             self.warm = warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
                                    make_env(cfg, cfg.env.dev_kwargs))
         self.reference = self.build_reference()
@@ -117,15 +117,14 @@ class Trainer:
                        else FixedKLController(a.kl_coef))
         self.tasks = TaskSource(self.env, cfg.data.seed)
         self.reward_model = self.build_reward_model()
-        self.step_idx = 0
+        self.step_idx, self.resumed, self.last_metrics = 0, resume, {}
         if resume:
             self._resume()
 
     # ------------------------------------------------------------------ the stages of one step
     def rollout(self, tasks: list[Task]) -> list[Trajectory]:
         """Run ``n_samples`` episodes per task on the engine; rewards come from ``env.step``."""
-        offset = self.step_idx * self.cfg.data.prompts_per_step
-        return self.executor.run(tasks, group_offset=offset)
+        return self.executor.run(tasks, group_offset=self.tasks.drawn - len(tasks))  # unique group ids
 
     def score_unverified(self, trajs: list[Trajectory]) -> list[Trajectory]:
         """Samples the env could not verify (``info["verified"] = False``) go to the reward model."""
@@ -139,13 +138,34 @@ class Trainer:
             t.info["reward_model_score"] = float(score)
         return trajs
 
+    def sample(self, tasks: list[Task]) -> list[Trajectory]:
+        """Rollouts of ``tasks`` with final rewards: reward model, then the optional overlong penalty."""
+        with self.timer("generate"):
+            trajs = self.rollout(tasks)
+        with self.timer("reward"):
+            trajs = self.score_unverified(trajs)
+            a = self.cfg.algo
+            if a.overlong_buffer:
+                apply_overlong_penalty(trajs, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
+        return trajs
+
+    def select(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """Dynamic sampling: with ``algo.drop_zero_std_groups`` keep informative groups and refill from
+        the data (``algo.max_refill_rounds``). Returns (batch, every trajectory generated, metrics)."""
+        if not self.cfg.algo.drop_zero_std_groups:
+            return trajs, trajs, {}
+
+        def draw(k: int) -> list[Trajectory]:
+            with self.timer("tasks"):
+                tasks = self.tasks.next(k)
+            return self.sample(tasks)
+
+        kept, generated, rounds = fill_batch(trajs, draw, self.cfg.data.prompts_per_step,
+                                             self.cfg.algo.max_refill_rounds)
+        return kept, generated, {"dynamic/groups_kept": float(num_groups(kept)), "dynamic/refill_rounds": float(rounds)}
+
     def make_experience(self, trajs: list[Trajectory]) -> Experience | None:
-        """Token-exact batch; optionally drops prompt groups whose rewards are all equal."""
-        if self.cfg.algo.drop_zero_std_groups:
-            by_group: dict[int, list[float]] = {}
-            for t in trajs:
-                by_group.setdefault(t.group_id, []).append(t.reward)
-            trajs = [t for t in trajs if max(by_group[t.group_id]) > min(by_group[t.group_id])]
+        """Token-exact batch (None when there is nothing to learn from)."""
         if not trajs:
             return None
         return Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
@@ -192,13 +212,10 @@ class Trainer:
         start = time.perf_counter()
         with t("tasks"):
             tasks = self.tasks.next(self.cfg.data.prompts_per_step)
-        with t("generate"):
-            trajs = self.rollout(tasks)
-        with t("reward"):
-            trajs = self.score_unverified(trajs)
+        batch, trajs, metrics = self.select(self.sample(tasks))
         with t("experience"):
-            exp = self.make_experience(trajs)
-        metrics = rollout_metrics(trajs)
+            exp = self.make_experience(batch)
+        metrics.update(rollout_metrics(trajs))
         if exp is not None:
             with t("reference"):
                 self.reference_and_values(exp)
@@ -220,16 +237,24 @@ class Trainer:
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        params = sampling_params(self.cfg, greedy=self.cfg.log.eval_greedy)
-        return {f"eval/{k}": v for k, v in evaluate(self.eval_executor, self.eval_tasks, params).items()}
+        """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was."""
+        e = self.cfg.eval
+        with torch.random.fork_rng():
+            torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
+            metrics = evaluate(self.eval_executor, self.eval_tasks, eval_params(self.cfg), e.n_samples, e.k)
+        return {f"eval/{k}": v for k, v in metrics.items()}
 
     def fit(self) -> dict[str, Any]:
         """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after."""
         cfg = self.cfg
-        tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps)
+        tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps, start_step=self.step_idx)
         try:
-            before = self.evaluate()
-            tracker.log(self.step_idx, before)
+            if self.resumed:  # the run's first evaluation is in metrics.jsonl already
+                before = next((r for r in read_metrics(self.run_dir) if "eval/accuracy" in r),
+                              {"eval/accuracy": float("nan")})
+            else:
+                before = self.evaluate()
+                tracker.log(self.step_idx, before)
             tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
             started = time.perf_counter()
             while self.step_idx < cfg.learner.total_steps:
@@ -241,6 +266,7 @@ class Trainer:
                 if cfg.log.eval_every and self.step_idx % cfg.log.eval_every == 0:
                     metrics.update(self.evaluate())
                 tracker.log(self.step_idx, metrics)
+                self.last_metrics = metrics
                 if cfg.checkpoint.every and self.step_idx % cfg.checkpoint.every == 0:
                     self.save()
             rl_seconds = time.perf_counter() - started
@@ -262,7 +288,8 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def save(self) -> Path:
         state = {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
-                 "tasks": self.tasks.state_dict(), "kl_coef": self.kl_ctl.value}
+                 "tasks": self.tasks.state_dict(), "kl_coef": self.kl_ctl.value, "metrics": self.last_metrics,
+                 "critic": None if self.critic is None else self.critic.state_dict()}
         return ckpt.save_checkpoint(self.run_dir, self.step_idx, self.model, self.tokenizer, state,
                                     keep=self.cfg.checkpoint.keep)
 
@@ -279,7 +306,10 @@ class Trainer:
         self.learner.scheduler.load_state_dict(state["scheduler"])
         self.tasks.load_state_dict(state["tasks"])
         self.kl_ctl.value = state["kl_coef"]
-        self.step_idx = state["step"]
+        if self.critic is not None and state.get("critic") is not None:
+            self.critic.load_state_dict(state["critic"])
+        self.step_idx, self.last_metrics = state["step"], state.get("metrics", {})
+        ckpt.truncate_metrics(self.run_dir, self.step_idx)  # rows the crashed run wrote after this checkpoint
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
 
