@@ -97,11 +97,17 @@ class Tracker:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """Every row of a run's ``metrics.jsonl``."""
+    """Every row of a run's ``metrics.jsonl`` (a half-written last line of a crashed run is skipped)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def plot_curves(run_dir: Path, keys: tuple[str, ...] = ("reward/mean", "eval/accuracy"),
