@@ -5,8 +5,9 @@ called by name through ``LLM.collective_rpc`` (no pickled functions needed):
 
 - ``agentrl_reload(weights)``: in-place reload from HF-named tensors (CPU and GPU; the object-store
   sync path). vLLM's layer-wise reloader does not reload the LM head of a model with tied
-  embeddings (``lm_head.*`` is skipped by the loader and the old tensor put back), so the tie is
-  restored afterwards; without that, greedy output drifts from the trainer's after the first sync.
+  embeddings (``lm_head.*`` is skipped by the loader and the old tensor put back; on CPU its packed
+  GEMM too), so the tie is restored and the head re-packed afterwards; without that, the engine's
+  logits drift from the trainer's after the first sync.
 - ``agentrl_init_nccl`` / ``agentrl_receive_nccl``: GPU only. Join a stateless NCCL group with the
   policy's rank 0 (rank 0 in that group; engine workers follow) and receive a broadcast parameter by
   parameter, then reload once.
@@ -26,8 +27,12 @@ def retie_embeddings(model: Any) -> None:
     if not getattr(config, "tie_word_embeddings", False) or inner is None:
         return
     head, embed = getattr(model, "lm_head", None), getattr(inner, "embed_tokens", None)
-    if head is not None and embed is not None and head.weight is not embed.weight:
-        head.weight = embed.weight
+    if head is None or embed is None:
+        return
+    head.weight = embed.weight
+    method = getattr(head, "quant_method", None)
+    if method is not None:  # on CPU this re-packs the GEMM the head's logits go through
+        method.process_weights_after_loading(head)
 
 
 class WeightSyncExtension:
