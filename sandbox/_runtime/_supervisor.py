@@ -230,6 +230,7 @@ def _job_main(job: dict, iso: dict, fds: tuple, session: bool, workdir: str) -> 
     isolate_filesystem(iso, iso["namespaces"], limits, workdir)
     _write_files(workdir, job, iso)
     _place_fds(fds, job, session)
+    job["secret"] = None  # now only behind fd 3: no easy find through gc.get_objects()
     _set_rlimits(limits)
     uid = iso.get("uid")
     if uid is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sbhelpers import assert_host_clean, broken_variant
@@ -14,14 +15,17 @@ SQUARE_TESTS = sandbox.TestSuite(asserts=["assert square(2) == 4", "assert squar
 
 
 def test_humaneval_canonical_all_pass_broken_all_fail(local: sandbox.Sandbox, humaneval: list[dict]) -> None:
-    good = bad = 0
-    for i, p in enumerate(humaneval):
+    def one(args: tuple[int, dict]) -> tuple[str, bool, int, str]:
+        i, p = args
         suite = sandbox.TestSuite(check=p["test"], entry_point=p["entry_point"])
         ok = sandbox.run_tests(p["prompt"] + p["canonical_solution"], suite, sandbox=local)
-        good += ok.all_passed
-        assert ok.all_passed, (p["task_id"], ok.error)
-        bad += sandbox.run_tests(broken_variant(p, i), suite, sandbox=local).passed
-    assert (good, bad) == (164, 0)
+        bad = sandbox.run_tests(broken_variant(p, i), suite, sandbox=local)
+        return p["task_id"], ok.all_passed, bad.passed, ok.error
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, enumerate(humaneval)))
+    assert [r for r in results if not r[1]] == []
+    assert (sum(r[1] for r in results), sum(r[2] for r in results)) == (164, 0)
     assert_host_clean(local)
 
 
