@@ -1,11 +1,12 @@
-"""The Docker backend: a pool of warm containers; each job is one `exec` of the same supervisor the
-local backend uses, as root inside the container, dropping the job to a non-root uid.
+"""The Docker backend: a pool of warm containers, each running the local backend's fork-server
+(one long-lived `exec`, talked to over its attached stdin/stdout) as root inside the container;
+it forks one child per job and drops it to a non-root uid.
 
 Containers: `network_mode=none`, read-only root, tmpfs /tmp, memory (no swap), one CPU and pids
 limits, all capabilities dropped except those the supervisor needs to drop privileges and clean up,
 `no-new-privileges`; removed on `close()`. The supervisor's files are bind-mounted read-only from
-this package's `_runtime` directory, so the Docker daemon must run on this host. The job (with the test runner's secret)
-travels in the exec's environment, which the job's uid cannot read.
+this package's `_runtime` directory, so the Docker daemon must run on this host. Jobs (with the test
+runner's secret) travel over the server's stdin, which the job's uid cannot read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import logging
 import os
 import queue
 import random
+import select
+import struct
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -27,7 +31,8 @@ IMAGE_ENV = "AGENTRL_SANDBOX_IMAGE"
 LOCAL = "local"
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runtime")
 LABEL = "agentrl.sandbox"
-ENV_CHUNK = 100_000  # below the kernel's 128 KiB limit per environment string
+PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
+           "typing", "json", "random", "statistics", "fractions", "decimal", "hashlib", "datetime")
 REAPER = "import os, time\nwhile True:\n    try: os.wait()\n    except ChildProcessError: time.sleep(1)"
 
 
@@ -54,6 +59,53 @@ def resolve_image(client: Any, image: str | None) -> str:
             raise
         log.warning("sandbox: cannot pull %s (%s); building the local image instead", name, exc)
         return build_local_image(client)
+
+
+class ContainerServer:
+    """The fork-server inside one container, reached through an attached exec."""
+
+    def __init__(self, client: Any, container: Any, uid: int) -> None:
+        cmd = ["python3", "-E", "-s", "/opt/sandbox/_server.py", ",".join(PRELOAD), str(uid)]
+        exec_id = client.api.exec_create(container.id, cmd, stdin=True, user="0")
+        sock = client.api.exec_start(exec_id, socket=True)
+        self._sock = getattr(sock, "_sock", sock)
+        self._keep = sock
+        self._buf = b""
+        self.info = self._read(time.monotonic() + 120.0)["ready"]
+
+    def request(self, obj: dict, timeout_s: float) -> dict:
+        """Send one request frame; wait at most `timeout_s` for the answer."""
+        data = json.dumps(obj).encode()
+        self._sock.sendall(struct.pack(">I", len(data)) + data)
+        return self._read(time.monotonic() + timeout_s)
+
+    def _read(self, deadline: float) -> dict:
+        size = struct.unpack(">I", self._stdout(4, deadline))[0]
+        return json.loads(self._stdout(size, deadline))
+
+    def _stdout(self, n: int, deadline: float) -> bytes:
+        """`n` bytes of the server's stdout, from Docker's multiplexed stream (8-byte headers)."""
+        while len(self._buf) < n:
+            kind, size = struct.unpack(">BxxxI", self._raw(8, deadline))
+            payload = self._raw(size, deadline)
+            if kind == 1:
+                self._buf += payload
+            elif payload:
+                log.debug("sandbox container server stderr: %s", payload.decode(errors="replace"))
+        data, self._buf = self._buf[:n], self._buf[n:]
+        return data
+
+    def _raw(self, n: int, deadline: float) -> bytes:
+        data = b""
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._sock], [], [], left)[0]:
+                raise TimeoutError("container fork-server did not answer in time")
+            chunk = self._sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("container fork-server exited")
+            data += chunk
+        return data
 
 
 class DockerSandbox(Sandbox):
@@ -89,7 +141,12 @@ class DockerSandbox(Sandbox):
             volumes={RUNTIME_DIR: {"bind": "/opt/sandbox", "mode": "ro"}}, labels={LABEL: "1"},
             auto_remove=False,
         )
-        container.sandbox_uid = 300000 + random.randrange(1_000_000)  # per container: RLIMIT_NPROC
+        uid = 300000 + random.randrange(1_000_000)  # one per container: RLIMIT_NPROC counts per uid
+        try:
+            container.server = ContainerServer(self.client, container, uid)
+        except BaseException:
+            _remove_all([container])
+            raise
         return container
 
     def _acquire(self) -> Any:
@@ -127,20 +184,11 @@ class DockerSandbox(Sandbox):
         container = self._acquire()
         healthy = False
         try:
-            data = json.dumps(job)
-            env = {f"SANDBOX_JOB_{i}": data[k:k + ENV_CHUNK]
-                   for i, k in enumerate(range(0, len(data), ENV_CHUNK))}
-            cmd = ["python3", "-E", "-s", "/opt/sandbox/_supervisor.py", "env", str(container.sandbox_uid)]
-            exec_id = self.client.api.exec_create(container.id, cmd, environment=env, user="0")
-            out, err = self.client.api.exec_start(exec_id, demux=True)
-            try:
-                result = json.loads(out or b"")
-                healthy = True
-                return result
-            except ValueError:
-                return failed_result("sandbox supervisor failed in the container: " + (err or b"").decode()[-2000:])
-        except Exception as exc:  # the container died or the daemon broke off
-            return failed_result(f"docker error: {exc}")
+            result = container.server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
+            healthy = True
+            return result
+        except Exception as exc:  # the server, the container or the daemon broke off
+            return failed_result(f"docker sandbox error: {exc}")
         finally:
             self._release(container, healthy)
 

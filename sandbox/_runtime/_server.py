@@ -105,12 +105,13 @@ def drain(proc: dict, deadline: float, marker: bytes) -> bool:
     return ok and not proc["timed_out"]
 
 
-def serve(modules: list[str]) -> None:
-    """Answer requests until stdin closes."""
+def serve(modules: list[str], container_uid: int | None = None) -> None:
+    """Answer requests until stdin closes. In a container (`container_uid` given) jobs run as that
+    uid without namespaces; the container is the boundary."""
     # No parent-death signal here: it fires when the *thread* that started us exits. We exit at
     # the end of stdin instead, i.e. when the client process goes away.
     failed = preload(modules)
-    iso = _isolation.probe()
+    iso = _isolation.probe(uid=container_uid, container=container_uid is not None)
     atexit.register(_isolation.remove_cgroups, iso)
     summary = {k: iso[k] for k in ("root", "uid", "namespaces")}
     write_frame(1, {"ready": {**summary, "cgroup": bool(iso["cgroup"]), "preload_failed": failed}})
@@ -137,4 +138,5 @@ def serve(modules: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    serve([m for m in sys.argv[1].split(",") if m] if len(sys.argv) > 1 else [])
+    serve([m for m in sys.argv[1].split(",") if m] if len(sys.argv) > 1 else [],
+          int(sys.argv[2]) if len(sys.argv) > 2 else None)
