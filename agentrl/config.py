@@ -209,6 +209,16 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class ActorGroupConfig:
+    num: int = 1
+    """Actors in the group (policy: data-parallel ranks; engines: rollout engines)."""
+    cpus: float = 1.0
+    """CPUs each actor reserves (fractions share a core)."""
+    gpus: float = 0.0
+    """GPUs each actor reserves (fractions share a GPU: colocated mode)."""
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     mode: str = "local"
     """local (one process) | ray."""
@@ -216,6 +226,30 @@ class ClusterConfig:
     """Ray address to join; empty starts a local cluster."""
     num_cpus: int | None = None
     """CPUs of a locally started Ray cluster."""
+    num_gpus: int | None = None
+    """GPUs of a locally started Ray cluster (None: all visible)."""
+    policy: ActorGroupConfig = field(default_factory=ActorGroupConfig)
+    """Policy workers: ``num`` data-parallel ranks of ``strategy``."""
+    reference: ActorGroupConfig = field(default_factory=ActorGroupConfig)
+    """Reference model actor (used when ``algo.kl_mode`` is not none)."""
+    critic: ActorGroupConfig = field(default_factory=ActorGroupConfig)
+    """Critic actor (used by ``algo.estimator: gae``)."""
+    reward_model: ActorGroupConfig = field(default_factory=ActorGroupConfig)
+    """Reward-model actor (used when ``reward.model`` is set)."""
+    engines: ActorGroupConfig = field(default_factory=ActorGroupConfig)
+    """Rollout engine actors (``rollout.engine``), dispatched least-loaded first."""
+    strategy: str = "deepspeed"
+    """Policy training strategy: deepspeed | ddp (torch DDP; used when DeepSpeed is missing)."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage 0-3."""
+    offload_optimizer: bool = False
+    """DeepSpeed: keep optimizer states in CPU memory."""
+    offload_params: bool = False
+    """DeepSpeed ZeRO-3: keep parameters in CPU memory."""
+    weight_sync: str = "auto"
+    """auto (nccl on GPU, object_store on CPU) | object_store | nccl."""
+    colocate: bool = False
+    """GPU: engines sleep while the policy trains and ZeRO-3 states are offloaded while engines generate."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +330,9 @@ CHOICES = {
     "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
     "rollout.engine": ("hf", "vllm"),
     "cluster.mode": ("local", "ray"),
+    "cluster.strategy": ("deepspeed", "ddp"),
+    "cluster.zero_stage": (0, 1, 2, 3),
+    "cluster.weight_sync": ("auto", "object_store", "nccl"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.device": ("auto", "cpu", "cuda"),
 }
