@@ -1,0 +1,150 @@
+"""Evaluation: pass@k and maj@k by hand, on fixed samples through real envs, and ``agentrl eval``."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.engines.base import Completion, SamplingParams
+from agentrl.env import list_envs, make
+from agentrl.evaluation import (
+    TaskResult,
+    evaluate,
+    fixed_tasks,
+    maj_at_k,
+    majority_answer,
+    pass_at_k,
+    summarize,
+    tables,
+)
+from agentrl.executors import SingleTurnExecutor, encode_prompt
+from agentrl.models import load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------- pure math
+@pytest.mark.parametrize("n,c,k,want", [
+    (4, 1, 1, 0.25), (4, 2, 2, 5 / 6), (4, 1, 2, 0.5), (5, 0, 3, 0.0), (3, 2, 2, 1.0), (4, 4, 1, 1.0),
+    (10, 3, 5, 1 - 21 / 252),  # C(7,5)=21, C(10,5)=252
+])
+def test_pass_at_k_by_hand(n, c, k, want):
+    assert pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+
+
+def test_pass_at_k_equals_the_binomial_formula_and_stays_stable():
+    for n in range(1, 30):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1.0 if n - c < k else 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12)
+    # binomials of this size overflow floats; the product form does not
+    big = pass_at_k(2000, 7, 1000)
+    assert 0.99 < big <= 1.0 and math.isfinite(big)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_majority_vote_by_hand():
+    assert majority_answer(["3", "4", "4", None]) == "4"
+    assert majority_answer(["3", "4"]) == "3"  # a tie goes to the answer seen first
+    assert majority_answer([None, None]) is None
+    answers, correct = ["3", "4", "4", None], [True, False, False, False]
+    assert maj_at_k(answers, correct, 1) == 1.0
+    assert maj_at_k(answers, correct, 2) == 1.0
+    assert maj_at_k(answers, correct, 3) == 0.0
+    assert maj_at_k([None, None], [False, False], 2) == 0.0
+
+
+def test_summary_and_tables_by_hand():
+    r = [TaskResult("a", "d1", "1", [True, False], [1, 0], [3, 5], ["7", "8"]),
+         TaskResult("b", "d1", "2", [False, False], [0, 0], [2, 2], ["1", None]),
+         TaskResult("c", "d2", "1", [True, True], [1, 1], [4, 4], None)]
+    s = summarize(r, [1, 2, 4])
+    assert s["accuracy"] == pytest.approx(3 / 6) and s["pass@1"] == pytest.approx(0.5)
+    assert s["pass@2"] == pytest.approx(2 / 3) and "pass@4" not in s
+    assert "maj@1" not in s  # one dataset has no parsed answers
+    t = tables(r, [1, 2])
+    assert t["datasets"]["d1"]["maj@2"] == pytest.approx(0.5) and t["datasets"]["d1"]["pass@2"] == 0.5
+    assert set(t["difficulties"]) == {"d1 | 1", "d1 | 2", "d2 | 1"}
+
+
+# ---------------------------------------------------------------------------------- fixed samples
+class ScriptedEngine:
+    """Returns, for each prompt, the next of the responses scripted for it (in sampling order)."""
+
+    def __init__(self, tokenizer, script: dict[tuple[int, ...], list[str]]):
+        self.tokenizer, self.script = tokenizer, {k: list(v) for k, v in script.items()}
+
+    def generate(self, prompts, params):
+        out = []
+        for p in prompts:
+            ids = self.tokenizer(self.script[tuple(p)].pop(0), add_special_tokens=False)["input_ids"]
+            out.append(Completion(ids + [self.tokenizer.eos_token_id], [0.0] * (len(ids) + 1), "stop"))
+        return out
+
+
+# per task, sample by sample: C correct, W1/W2 two different wrong answers (n = 4)
+PATTERNS = [["C", "W1", "W1", "W2"], ["W1", "C", "C", "W2"], ["W1", "W1", "W1", "W1"], ["C", "C", "C", "C"]]
+# pass@k = mean over tasks of 1 - C(n-c,k)/C(n,k) with c = 1, 2, 0, 4
+HAND = {"pass@1": (0.25 + 0.5 + 0 + 1) / 4, "pass@2": (0.5 + 5 / 6 + 0 + 1) / 4, "pass@4": 3 / 4,
+        "accuracy": 7 / 16}
+# maj@k: majority of the first k parsed answers (ties: first seen) -> t0: C, C, W1; t1: W1, W1, C
+HAND_MAJ = {"maj@1": 2 / 4, "maj@2": 2 / 4, "maj@4": 2 / 4}
+WRONG = {
+    "agentrl/Arithmetic-v0": ("-1", "-2"),
+    "agentrl/GSM8K-v0": ("The final answer is $\\boxed{-123457}$.", "The final answer is $\\boxed{-99}$."),
+    "agentrl/HumanEval-v0": ("def nothing():\n    return None\n", "raise SystemExit(0)\n"),
+}
+KWARGS = {"agentrl/Arithmetic-v0": {"split": "test", "template": "{expr}=", "bare_answer": True},
+          "agentrl/GSM8K-v0": {"split": "test"}, "agentrl/HumanEval-v0": {}}
+
+
+@pytest.mark.parametrize("env_id", list(WRONG))
+def test_pass_at_k_on_fixed_samples_matches_hand_computed(env_id, tiny_arith):
+    if env_id not in list_envs():
+        pytest.skip(f"{env_id} is not registered yet")
+    env = make(env_id, **KWARGS[env_id])
+    tokenizer = load_tokenizer(tiny_arith[0])
+    tasks = fixed_tasks(env, 4, seed=0)
+    script = {}
+    for task, pattern in zip(tasks, PATTERNS):
+        env.reset(options={"task": task})
+        prompt = tuple(encode_prompt(tokenizer, task.prompt, False))
+        responses = {"C": env.reference_answer(task), "W1": WRONG[env_id][0], "W2": WRONG[env_id][1]}
+        script[prompt] = [responses[p] for p in pattern]
+    executor = SingleTurnExecutor(env, ScriptedEngine(tokenizer, script), tokenizer, SamplingParams())
+    got = evaluate(executor, tasks, SamplingParams(), n_samples=4, ks=[1, 2, 4])
+    for key, want in HAND.items():
+        assert got[key] == pytest.approx(want, abs=1e-12), key
+    if env_id == "agentrl/HumanEval-v0":
+        assert not any(k.startswith("maj@") for k in got)  # code has no parsed answer to vote on
+    else:
+        for key, want in HAND_MAJ.items():
+            assert got[key] == pytest.approx(want, abs=1e-12), key
+
+
+# ---------------------------------------------------------------------------------- the CLI
+def test_cli_eval_on_benchmark_slices_with_the_tiny_model(tmp_path):
+    envs = [e for e in ("agentrl/GSM8K-v0", "agentrl/HumanEval-v0") if e in list_envs()]
+    args = [a for e in envs for a in ("--env", e)]
+    out = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "eval", "--model", "tiny", "--out", str(tmp_path), *args,
+         "eval.max_tasks=2", "eval.n_samples=3", "eval.k=[1,2,3]", "rollout.max_new_tokens=6",
+         "model.tiny.max_position_embeddings=4096"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "pass@2" in out.stdout and "per difficulty" in out.stdout
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert set(report["datasets"]) == set(envs)
+    assert report["sampling"]["temperature"] == 1.0  # several samples: sampled, not greedy
+    for env_id, summary in report["datasets"].items():
+        samples = [s for s in report["samples"] if s["dataset"] == env_id]
+        assert len(samples) == 2 and all(len(s["correct"]) == 3 for s in samples)
+        for k in (1, 2, 3):  # the reported pass@k is the estimator over the recorded samples
+            want = sum(pass_at_k(3, sum(s["correct"]), k) for s in samples) / 2
+            assert summary[f"pass@{k}"] == pytest.approx(want)
+    assert "maj@3" in report["datasets"]["agentrl/GSM8K-v0"]
