@@ -1,21 +1,25 @@
 """A pool of scoring processes that survives reward functions that hang or crash.
 
-Each worker is a spawned process that scores items one after another and sends each result back as
-soon as it is ready. Two time limits protect the caller:
+Each worker is a spawned process that scores a chunk of items one after another and sends the
+chunk's results back in one message; it records the item it is working on in shared memory. Two
+time limits protect the caller:
 
 - inside the worker, every item runs under ``signal.setitimer`` (the worker's main thread), so a
   pure-Python hang becomes a per-item ``timeout`` error;
-- outside, the dispatcher thread waits at most ``item_timeout_s + grace_s`` for each result; a worker
-  stuck in C code (or one that died: ``os._exit``, segfault) is killed and replaced, the item it was
-  on gets an error, and the rest of its chunk is re-sent to the new worker.
+- outside, the dispatcher thread watches that record: a worker that spends more than
+  ``item_timeout_s + grace_s`` on one item (stuck in C code) is killed, and so is noticed one that
+  died (``os._exit``, segfault); the item it was on gets an error and the rest of its chunk is
+  re-sent to a fresh worker (reward functions are pure, so re-scoring is harmless).
 
 An item's result is a dict ``{"score", "components", "info", "error"}`` (``error`` is ``None`` on
-success). Results are JSON-safe.
+success), JSON-encoded in the worker (:meth:`WorkerPool.score_json`) so that the server process only
+stitches bytes together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import multiprocessing as mp
 import queue
@@ -38,6 +42,10 @@ class _ItemTimeout(BaseException):
 def error_result(message: str) -> dict[str, Any]:
     """The result of an item that could not be scored."""
     return {"score": 0.0, "components": {}, "info": {}, "error": message}
+
+
+def _encoded_error(message: str) -> bytes:
+    return json.dumps(error_result(message)).encode()
 
 
 def _jsonable(value: Any) -> Any:
@@ -67,8 +75,12 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise _ItemTimeout
 
 
-def _worker_main(conn: Any, plugins: list[str], item_timeout_s: float) -> None:
-    """Worker loop: receive ``[(index, name, response, task_dict), ...]``, send ``(index, result)``."""
+def _worker_main(conn: Any, progress: Any, plugins: list[str], item_timeout_s: float) -> None:
+    """Worker loop: receive ``[(index, name, response, task_dict), ...]``, send ``[(index, result)]``.
+
+    ``progress`` (shared memory) holds ``[index of the item being scored or -1, its start time]`` so
+    that the parent can tell which item hangs without a message per item.
+    """
     from rewards._sympy_worker import prestart
     from rewards.registry import load_object, register
 
@@ -82,14 +94,18 @@ def _worker_main(conn: Any, plugins: list[str], item_timeout_s: float) -> None:
             batch = conn.recv()
         except (EOFError, OSError):
             return
+        out = []
         for index, name, response, task_dict in batch:
+            progress[0], progress[1] = index, time.monotonic()
             try:
                 signal.setitimer(signal.ITIMER_REAL, item_timeout_s)
                 result = score_item(name, response, task_dict)
                 signal.setitimer(signal.ITIMER_REAL, 0)
             except _ItemTimeout:
                 result = error_result(f"timeout: scoring took longer than {item_timeout_s}s")
-            conn.send((index, result))
+            out.append((index, json.dumps(result).encode()))
+        progress[0] = -1
+        conn.send(out)
 
 
 @dataclass
@@ -99,11 +115,13 @@ class _Job:
 
 
 class _Worker:
-    """One worker process and its pipe."""
+    """One worker process, its pipe and its shared progress record."""
 
     def __init__(self, ctx: Any, plugins: list[str], item_timeout_s: float) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, plugins, item_timeout_s), daemon=True)
+        self.progress = ctx.Array("d", [-1.0, 0.0], lock=False)
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.progress, plugins, item_timeout_s),
+                                daemon=True)
         self.proc.start()
         child.close()
         if not self.conn.poll(STARTUP_TIMEOUT_S) or self.conn.recv() != "ready":
@@ -133,6 +151,10 @@ class WorkerPool:
 
     async def score(self, items: list[Item]) -> list[dict[str, Any]]:
         """Score ``items`` across the workers; never raises for a bad item."""
+        return [json.loads(r) for r in await self.score_json(items)]
+
+    async def score_json(self, items: list[Item]) -> list[bytes]:
+        """Like :meth:`score`, each result already JSON-encoded (by the worker)."""
         if not items:
             return []
         n = min(len(self._threads), math.ceil(len(items) / 8))
@@ -147,7 +169,7 @@ class WorkerPool:
         """Blocking variant of :meth:`score` (for callers without an event loop)."""
         job = _Job(list(items))
         self._jobs.put(job)
-        return job.future.result()
+        return [json.loads(r) for r in job.future.result()]
 
     def close(self) -> None:
         """Stop the dispatcher threads and their worker processes."""
@@ -157,7 +179,7 @@ class WorkerPool:
             t.join(10)
 
     def _dispatch(self) -> None:
-        worker: _Worker | None = _Worker(self._ctx, self.plugins, self.item_timeout_s)
+        worker: _Worker | None = None
         while (job := self._jobs.get()) is not None:
             try:
                 if worker is None:
@@ -165,41 +187,45 @@ class WorkerPool:
                 worker, results = self._run(worker, job.items)
                 job.future.set_result(results)
             except BaseException as e:  # noqa: BLE001 - keep the dispatcher alive
-                job.future.set_result([error_result(f"internal error: {e!r}")] * len(job.items))
+                job.future.set_result([_encoded_error(f"internal error: {e!r}")] * len(job.items))
                 if worker is not None:
                     worker.kill()
                 worker = None
         if worker is not None:
             worker.kill()
 
-    def _run(self, worker: _Worker, items: list[Item]) -> tuple[_Worker, list[dict[str, Any]]]:
-        results: list[dict[str, Any] | None] = [None] * len(items)
+    def _run(self, worker: _Worker, items: list[Item]) -> tuple[_Worker, list[bytes]]:
+        results: list[bytes | None] = [None] * len(items)
         pending = list(range(len(items)))
         while pending:
             if not worker.proc.is_alive():  # died while idle
                 worker.kill()
                 worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
             worker.conn.send([(i, *items[i]) for i in pending])
-            failure = self._collect(worker, results, pending)
+            failure = self._collect(worker, results)
             if failure is not None:
-                stuck = next(i for i in pending if results[i] is None)
-                results[stuck] = error_result(failure)
+                stuck, why = failure
+                results[stuck if stuck >= 0 else pending[0]] = _encoded_error(why)
                 worker.kill()
                 self.restarts += 1
                 worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
             pending = [i for i in pending if results[i] is None]
         return worker, results  # type: ignore[return-value]
 
-    def _collect(self, worker: _Worker, results: list[dict[str, Any] | None], pending: list[int]) -> str | None:
-        """Read results until the chunk is done; return why the worker failed, or ``None``."""
-        for _ in range(len(pending)):
-            if not worker.conn.poll(self.item_timeout_s + self.grace_s):
-                return f"timeout: worker killed after {self.item_timeout_s + self.grace_s:.1f}s"
-            try:
-                index, result = worker.conn.recv()
-            except (EOFError, OSError):
-                return f"worker crashed (exit code {worker.proc.exitcode})"
-            results[index] = result
+    def _collect(self, worker: _Worker, results: list[bytes | None]) -> tuple[int, str] | None:
+        """Wait for the chunk's results; on a hang or crash return ``(item index, why)``."""
+        limit = self.item_timeout_s + self.grace_s
+        while not worker.conn.poll(0.2):
+            current, started = worker.progress[0], worker.progress[1]
+            if not worker.proc.is_alive():
+                return int(current), f"worker crashed (exit code {worker.proc.exitcode})"
+            if current >= 0 and time.monotonic() - started > limit:
+                return int(current), f"timeout: worker killed after {limit:.1f}s"
+        try:
+            for index, result in worker.conn.recv():
+                results[index] = result
+        except (EOFError, OSError):
+            return int(worker.progress[0]), f"worker crashed (exit code {worker.proc.exitcode})"
         return None
 
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import json
 import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from rewards._pool import WorkerPool, wait_ready
@@ -169,16 +170,17 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="agentrl reward server", version="1", lifespan=lifespan)
     app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
 
-    def check_token(request: Request) -> None:
+    async def check_token(request: Request) -> None:
         if config.token is None:
             return
         got = request.headers.get("authorization", "")
         if not hmac.compare_digest(got.encode(), f"Bearer {config.token}".encode()):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    async def run(items: list[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
-        items = [(aliases.get(name, name), resp, task) for name, resp, task in items]
-        return await state["pool"].score(items)
+    async def run(items: list[tuple[str, str, dict[str, Any]]]) -> list[bytes]:
+        if aliases:
+            items = [(aliases.get(name, name), resp, task) for name, resp, task in items]
+        return await state["pool"].score_json(items)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -194,7 +196,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def score(req: ScoreRequest) -> JSONResponse:
         """Score a batch; each item gets a result (or an error), in order."""
         results = await run(_items_for_pool(req.items, req.reward or config.default_reward))
-        return JSONResponse({"results": results})
+        return Response(b'{"results":[' + b",".join(results) + b"]}", media_type="application/json")
 
     @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=[Depends(check_token)])
     async def get_reward_openrlhf(req: OpenRLHFRequest, reward: str | None = Query(None)) -> JSONResponse:
@@ -208,7 +210,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             response = query[len(prompt):] if prompt and query.startswith(prompt) else query
             items.append((reward or config.default_reward, response,
                           {"id": str(i), "prompt": prompt, "answer": label, "metadata": {}}))
-        results = await run(items)
+        results = [json.loads(r) for r in await run(items)]
         scores = [r["score"] for r in results]
         logs: dict[str, list[float]] = {}
         for name in sorted({k for r in results for k in r["components"]}):
