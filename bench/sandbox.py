@@ -115,7 +115,7 @@ def main() -> None:
         with sandbox.get_sandbox("docker", image=os.environ.get("AGENTRL_SANDBOX_IMAGE", "local"),
                                  workers=n) as sb:
             warm(sb, n)
-            rows.append(measure("docker (warm containers, exec)", sandbox_harness(sb), progs, n))
+            rows.append(measure("docker (warm containers, fork-server)", sandbox_harness(sb), progs, n))
     base = rows[0]["rate"]
     total = len(progs) // 2
     print(f"\n{len(progs)} executions ({total} canonical + {total} broken), {n} concurrent\n")

@@ -17,104 +17,11 @@ import json
 import secrets
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .types import Limits, Sandbox
 
-HARNESS = r'''
-import builtins as _b, os as _os, sys as _sys, types as _types
-
-
-def _harness():
-    read, write, close, exit_ = _os.read, _os.write, _os.close, _os._exit
-    loads, compile_, exec_, type_ = __import__("json").loads, compile, exec, type
-    str_, list_, dict_ = str, list, dict
-    BaseException_, FunctionType, enumerate_ = BaseException, _types.FunctionType, enumerate
-    raw = b""
-    while chunk := read(3, 1 << 20):
-        raw += chunk
-    close(3)
-    spec = loads(raw)
-    del raw
-    nonce = spec.pop("nonce")
-    bdict = _b.__dict__
-    saved_builtins = dict_(bdict)
-    bupdate = bdict.update
-    saved_mods = [(m.__dict__, dict_(m.__dict__)) for name in spec["protect"]
-                  if (m := _sys.modules.get(name)) is not None]
-    plain = {int, float, complex, str, bytes, bytearray, bool, type_(None), list, tuple, dict,
-             set, frozenset, range}
-
-    def restore():
-        bupdate(saved_builtins)
-
-    def check_plain(value):
-        stack, seen = [value], 0
-        while stack:
-            v = stack.pop()
-            seen += 1
-            t = type_(v)
-            if t not in plain or seen > 1_000_000:
-                raise TypeError("candidate returned a non-builtin value: " + t.__name__)
-            if t is dict:
-                stack.extend(v.keys())
-                stack.extend(v.values())
-            elif t in (list, tuple, set, frozenset):
-                stack.extend(v)
-
-    def guard(fn):
-        def guarded(*args, **kwargs):
-            result = fn(*args, **kwargs)
-            restore()
-            check_plain(result)
-            return result
-        return guarded
-
-    def report(i, ok, error):
-        write(4, f"{nonce} {i} {1 if ok else 0} {error!r}\n".encode())
-
-    def describe(exc):
-        try:
-            return (type_(exc).__name__ + ": " + str_(exc))[:500]
-        except BaseException_:
-            return type_(exc).__name__[:100]
-
-    ns = {"__name__": "__candidate__", "__builtins__": _b}
-    try:
-        exec_(compile_(spec["code"], "<candidate>", "exec", dont_inherit=True), ns)
-        error = None
-    except BaseException_ as exc:
-        error = "candidate failed: " + describe(exc)
-    restore()
-    for mdict, snap in saved_mods:
-        mdict.update(snap)
-    tns = dict_(ns)
-    tns["__builtins__"] = dict_(saved_builtins)
-    for name, value in list_(ns.items()):
-        if type_(value) is FunctionType:
-            tns[name] = guard(value)
-    if error is None and spec["setup"]:
-        try:
-            exec_(compile_(spec["setup"], "<setup>", "exec", dont_inherit=True, optimize=0), tns)
-        except BaseException_ as exc:
-            error = "setup failed: " + describe(exc)
-        restore()
-    for i, src in enumerate_(spec["tests"]):
-        if error is not None:
-            report(i, False, error)
-            continue
-        try:
-            exec_(compile_(src, f"<test {i}>", "exec", dont_inherit=True, optimize=0), tns)
-            restore()
-            ok, msg = True, ""
-        except BaseException_ as exc:
-            restore()
-            ok, msg = False, describe(exc)
-        report(i, ok, msg)
-    exit_(0)
-
-
-_harness()
-'''
+HARNESS = (Path(__file__).parent / "_harness.py").read_text()
 PROTECTED_MODULES = (
     "math", "cmath", "re", "collections", "itertools", "functools", "string", "operator", "random",
     "typing", "json", "copy", "heapq", "bisect", "hashlib", "statistics", "fractions", "decimal",

@@ -95,6 +95,15 @@ HACKS = {
     "steal_nonce_fd": "import os\ntry:\n    nonce = os.read(3, 100)\nexcept OSError:\n    nonce = b''\n"
                       "def square(x):\n    os.write(4, nonce + b' 0 1 x\\n')\n    return 0",
     "keyboard_interrupt": "def square(x): raise KeyboardInterrupt",
+    "patch_harness_globals": "import sys\nh = sys.modules['__main__']\nclass E:\n    __eq__ = lambda s, o: True\n"
+                             "for n in ('PLAIN', 'enumerate', 'dict', 'list', 'str'):\n"
+                             "    setattr(h, n, frozenset([E]) if n == 'PLAIN' else None)\n"
+                             "def square(x): return E()",
+    "job_secret_via_gc": "import gc, json, os\nfor o in gc.get_objects():\n"
+                         "    if isinstance(o, dict) and o.get('secret'):\n"
+                         "        n = json.loads(o['secret'])['nonce']\n"
+                         "        for i in range(3): os.write(4, f'{n} {i} 1 \\'\\'\\n'.encode())\n"
+                         "def square(x): return 0",
     "patch_exit_and_write": "import os\nos._exit = lambda c: None\nos.write = lambda *a: 0\n"
                             "def square(x): return 0",
     "thread_forger": textwrap.dedent("""
