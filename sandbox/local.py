@@ -109,6 +109,11 @@ def _warn_once(info: dict) -> None:
         log.warning(msg)
     if info["uid"] is None:
         log.warning("sandbox: not running as root; jobs run under your own uid")
+    if info.get("unreadable"):
+        msg = (f"sandbox: the interpreter lives under {info['unreadable']}, which the jobs' uid cannot "
+               "enter and (without namespaces) cannot be shown; jobs can import only preloaded modules")
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        log.warning(msg)
 
 
 class LocalSandbox(Sandbox):

@@ -114,6 +114,8 @@ def serve(modules: list[str], container_uid: int | None = None) -> None:
     iso = _isolation.probe(uid=container_uid, container=container_uid is not None)
     atexit.register(_isolation.remove_cgroups, iso)
     summary = {k: iso[k] for k in ("root", "uid", "namespaces")}
+    # Without a mount namespace nothing can make these readable to the job's uid.
+    summary["unreadable"] = [top for top, _ in iso["reveal"]] if iso["uid"] is not None and not iso["namespaces"] else []
     write_frame(1, {"ready": {**summary, "cgroup": bool(iso["cgroup"]), "preload_failed": failed}})
     session: SessionHost | None = None
     while (req := read_frame(0)) is not None:

