@@ -38,6 +38,7 @@ class SympyWorker:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._buf = b""
+        self._ready = False
         self._ids = itertools.count()
         self.restarts = 0
 
@@ -62,10 +63,14 @@ class SympyWorker:
                 self._kill()
                 raise
 
-    def start(self) -> None:
-        """Start the helper now (and wait until it is ready) instead of on the first call."""
+    def start(self, wait: bool = True) -> None:
+        """Start the helper now instead of on the first call (``wait``: until it is ready)."""
         with self._lock:
-            self._ensure_started()
+            if self._pid != os.getpid() or self._proc is None or self._proc.poll() is not None:
+                self._pid = os.getpid()
+                self._spawn()
+            if wait:
+                self._ensure_started()
 
     def close(self) -> None:
         """Stop the helper process (a new one starts on the next call)."""
@@ -74,19 +79,23 @@ class SympyWorker:
 
     def _ensure_started(self) -> None:
         if self._pid != os.getpid():  # forked: the helper belongs to the parent
-            self._proc, self._pid, self._buf = None, os.getpid(), b""
-        if self._proc is not None and self._proc.poll() is None:
-            return
+            self._proc, self._pid, self._buf, self._ready = None, os.getpid(), b"", False
+        if self._proc is None or self._proc.poll() is not None:
+            self._spawn()
+        if not self._ready:
+            if self._read_message(time.monotonic() + STARTUP_TIMEOUT_S) is None:
+                self._kill()
+                raise RuntimeError("the sympy helper process did not start")
+            self._ready = True
+
+    def _spawn(self) -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from rewards._sympy_worker import main; main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        self._buf = b""
-        if self._read_message(time.monotonic() + STARTUP_TIMEOUT_S) is None:
-            self._kill()
-            raise RuntimeError("the sympy helper process did not start")
+        self._buf, self._ready = b"", False
 
     def _read_message(self, deadline: float) -> dict[str, Any] | None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -110,7 +119,7 @@ class SympyWorker:
             self.restarts += 1
             self._proc.kill()
             self._proc.wait()
-        self._proc, self._buf = None, b""
+        self._proc, self._buf, self._ready = None, b"", False
 
 
 _WORKER = SympyWorker()
@@ -118,8 +127,8 @@ atexit.register(_WORKER.close)
 
 
 def prestart() -> None:
-    """Start this process's helper ahead of time (servers do this so no item pays the start-up)."""
-    _WORKER.start()
+    """Start this process's helper in the background now, so that no item pays for its start-up."""
+    _WORKER.start(wait=False)
 
 
 def sympy_equal(pred: str, gold: str, *, timeout_s: float, float_rounding: int = 6) -> bool | None:

@@ -61,3 +61,10 @@ def test_entry_point_discovery_of_installed_example_plugin(tmp_path, monkeypatch
     out = rewards.get_reward("exact_match")("42", Task("t", "", 42))
     assert out.score == 1.0 and out.components == {"exact_match": 1.0}
     registry._loaded.pop("exact_match", None)
+
+
+def test_import_rewards_stays_light():
+    code = "import sys, rewards, rewards.math, rewards.code, rewards.shaping, rewards.trl; " \
+           "print(sorted(m for m in ('fastapi', 'uvicorn', 'httpx', 'sympy', 'math_verify', 'trl') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -51,7 +51,7 @@ def start_server(*args: str) -> tuple[subprocess.Popen, str]:
 @pytest.fixture(scope="module")
 def server():
     proc, url = start_server(
-        "--token", TOKEN, "--workers", "2", "--max-body-bytes", "200000", "--item-timeout", "1",
+        "--token", TOKEN, "--workers", "2", "--max-body-bytes", "200000", "--item-timeout", "3",
         "--plugin", "rewards_test_plugins:hang", "--plugin", "rewards_test_plugins:crash",
         "--plugin", "rewards_test_plugins:busy_c_hang", "--plugin", "rewards_test_plugins:length_reward")
     yield url
@@ -122,7 +122,7 @@ def test_bad_items_get_errors_not_500(server):
     assert res[4]["error"].startswith("timeout")
     assert res[5]["score"] == 1.0 and res[5]["error"] is None
     assert "unknown reward" in res[6]["error"] and "math" in res[6]["error"]
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 60  # two worker restarts (seconds each on a loaded machine)
     # the server is still fine afterwards
     again = httpx.post(server + "/score", json={"items": [{"response": "7", "label": "7"}]}, headers=auth())
     assert again.json()["results"][0]["score"] == 1.0
