@@ -33,6 +33,16 @@ class Limits:
     network: bool = False
     """False: the program gets a network namespace with no interfaces up (no network at all)."""
 
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "memory_mb", "max_output_bytes", "max_file_bytes", "max_open_files",
+                     "max_processes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.cpu_s is not None and not self.cpu_s > 0:
+            raise ValueError(f"Limits.cpu_s must be > 0 or None, got {self.cpu_s!r}")
+        if self.max_open_files < 8:
+            raise ValueError("Limits.max_open_files must be >= 8 (the interpreter needs a few)")
+
     def cpu_limit(self) -> int:
         """The CPU-time limit in whole seconds."""
         return int(math.ceil(self.cpu_s if self.cpu_s is not None else self.timeout_s + 1))

@@ -60,6 +60,14 @@ def test_per_run_limits_override(local: sandbox.Sandbox) -> None:
     assert res.stdout == "x" * 10 and res.stdout_truncated
 
 
+def test_limits_are_validated() -> None:
+    for bad in ({"timeout_s": 0}, {"memory_mb": -1}, {"cpu_s": 0}, {"max_open_files": 3}):
+        with pytest.raises(ValueError, match="Limits"):
+            sandbox.Limits(**bad)
+    with pytest.raises(TypeError):
+        sandbox.get_sandbox("local", timeout=3)  # not a field, not a backend option
+
+
 def test_cpu_limit(local: sandbox.Sandbox) -> None:
     res = local.run("while True: pass", limits=sandbox.Limits(timeout_s=10, cpu_s=1))
     assert res.status == "timeout" and res.exit_code in (-9, -24) and res.duration_s < 9
