@@ -7,7 +7,9 @@ that many client loops (asyncio with a minimal keep-alive HTTP/1.1 client, one p
 would cost more CPU than the server on a 2-core machine) posting batches of numeric math items to
 ``POST /score`` for ``--seconds``. Items are model-style GSM8K responses ("... The answer is N.")
 with a unique prefix per item, so the server cannot answer from a cache; about 1 in 4 is wrong.
-Request bodies are encoded before the clock starts. Latency is per request (one batch).
+Request bodies are encoded before the clock starts. Latency is per request (one batch). The last
+column is the CPU time the server's process tree spent per item (from ``/proc``): on a busy shared
+machine the wall-clock numbers fall, and 2 cores / that figure is the capacity of an idle one.
 """
 
 from __future__ import annotations
@@ -49,6 +51,22 @@ def start_server(workers: int) -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("server did not start")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds of ``pid`` and all its descendants (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0.0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            children = open(f"/proc/{p}/task/{p}/children").read().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        stack.extend(int(c) for c in children)
+    return total
 
 
 def make_bodies(n_requests: int, batch: int) -> tuple[list[bytes], list[list[float]]]:
@@ -145,12 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         bodies, expected = make_bodies(4000, args.batch)
         asyncio.run(load(url, bodies[:20], expected[:20], 4, 1.0))  # warm-up
         print(f"batch={args.batch} items/request, workers={args.workers}, {args.seconds:.0f}s per level")
-        print("| concurrency | items/s | requests | p50 ms | p99 ms | wrong scores |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print(f"load average before: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs)")
+        print("| concurrency | items/s | requests | p50 ms | p99 ms | wrong scores | server CPU us/item |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for c in args.concurrency:
+            cpu0 = tree_cpu_seconds(proc.pid) if proc is not None else 0.0
             r = asyncio.run(load(url, bodies, expected, c, args.seconds))
+            cpu = (tree_cpu_seconds(proc.pid) - cpu0) if proc is not None else float("nan")
+            per_item = 1e6 * cpu / max(1.0, r["items_per_s"] * args.seconds)
             print(f"| {c} | {r['items_per_s']:,.0f} | {r['requests']} | {r['p50_ms']:.1f} | "
-                  f"{r['p99_ms']:.1f} | {r['wrong_scores']} |", flush=True)
+                  f"{r['p99_ms']:.1f} | {r['wrong_scores']} | {per_item:.0f} |", flush=True)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
         if proc is not None:
             proc.terminate()

@@ -125,7 +125,7 @@ def _extract_uncached(text: str, cfg: MathConfig) -> Extraction:
     return Extraction(None, "missing")
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=8192)
 def _extract_cached(text: str, cfg: MathConfig) -> Extraction:
     return _extract_uncached(text, cfg)
 

@@ -152,6 +152,29 @@ def _items_for_pool(items: list[ScoreItem], default: str) -> list[tuple[str, str
     return out
 
 
+def _openrlhf_items(req: OpenRLHFRequest, reward: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Pool items from an OpenRLHF request: the response is the query minus its prompt prefix."""
+    prompts = req.prompts or [""] * len(req.query)
+    labels = req.labels if req.labels is not None else [None] * len(req.query)
+    if len(prompts) != len(req.query) or len(labels) != len(req.query):
+        raise HTTPException(422, "query, prompts and labels must have the same length")
+    items = []
+    for i, (query, prompt, label) in enumerate(zip(req.query, prompts, labels)):
+        response = query[len(prompt):] if prompt and query.startswith(prompt) else query
+        items.append((reward, response, {"id": str(i), "prompt": prompt, "answer": label, "metadata": {}}))
+    return items
+
+
+def _openrlhf_response(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"rewards", "scores", "extra_logs"}``; extra_logs has one list per component and ``error``."""
+    scores = [r["score"] for r in results]
+    logs: dict[str, list[float]] = {}
+    for name in sorted({k for r in results for k in r["components"]}):
+        logs[name] = [float(r["components"].get(name, 0.0)) for r in results]
+    logs["error"] = [1.0 if r["error"] else 0.0 for r in results]
+    return {"rewards": scores, "scores": scores, "extra_logs": logs}
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI app; the worker pool starts with the app's lifespan."""
     _load_plugins(config.plugins)
@@ -201,22 +224,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=[Depends(check_token)])
     async def get_reward_openrlhf(req: OpenRLHFRequest, reward: str | None = Query(None)) -> JSONResponse:
         """OpenRLHF remote reward protocol."""
-        prompts = req.prompts or [""] * len(req.query)
-        labels = req.labels if req.labels is not None else [None] * len(req.query)
-        if len(prompts) != len(req.query) or len(labels) != len(req.query):
-            raise HTTPException(422, "query, prompts and labels must have the same length")
-        items = []
-        for i, (query, prompt, label) in enumerate(zip(req.query, prompts, labels)):
-            response = query[len(prompt):] if prompt and query.startswith(prompt) else query
-            items.append((reward or config.default_reward, response,
-                          {"id": str(i), "prompt": prompt, "answer": label, "metadata": {}}))
-        results = [json.loads(r) for r in await run(items)]
-        scores = [r["score"] for r in results]
-        logs: dict[str, list[float]] = {}
-        for name in sorted({k for r in results for k in r["components"]}):
-            logs[name] = [float(r["components"].get(name, 0.0)) for r in results]
-        logs["error"] = [1.0 if r["error"] else 0.0 for r in results]
-        return JSONResponse({"rewards": scores, "scores": scores, "extra_logs": logs})
+        results = [json.loads(r) for r in await run(_openrlhf_items(req, reward or config.default_reward))]
+        return JSONResponse(_openrlhf_response(results))
 
     return app
 
