@@ -119,24 +119,50 @@ def serve(modules: list[str], container_uid: int | None = None) -> None:
     write_frame(1, {"ready": {**summary, "cgroup": bool(iso["cgroup"]), "preload_failed": failed}})
     session: SessionHost | None = None
     while (req := read_frame(0)) is not None:
-        op = req["op"]
-        if op == "run":
-            write_frame(1, _supervisor.run_job(req["job"], iso))
-        elif op == "open":
-            session = SessionHost(req["job"], iso)
-            write_frame(1, {"opened": True})
-        elif op == "exec" and session is not None:
-            result = session.execute(req["code"], req["timeout_s"])
-            if result.get("session_ended"):
-                session = None
-            write_frame(1, result)
-        elif op == "close":
+        try:
+            session = handle(req, iso, session)
+        except Exception:  # e.g. fork or pipe failed: report it, keep serving
+            import traceback
+
             if session is not None:
-                session.close()
+                try:
+                    session.close()
+                except Exception:
+                    pass
                 session = None
-            write_frame(1, {"closed": True})
-        else:
-            write_frame(1, {"error": f"bad request {op!r}"})
+            write_frame(1, failed("sandbox server error:\n" + traceback.format_exc()))
+
+
+def failed(message: str) -> dict:
+    """The result of a request that could not be carried out."""
+    return {"status": "killed", "exit_code": None, "stdout": "", "stderr": message,
+            "stdout_truncated": False, "stderr_truncated": False, "duration_s": 0.0, "report": "",
+            "session_ended": True}
+
+
+def handle(req: dict, iso: dict, session: SessionHost | None) -> SessionHost | None:
+    """Answer one request; return the session that is open afterwards."""
+    op = req["op"]
+    if op == "run":
+        write_frame(1, _supervisor.run_job(req["job"], iso))
+    elif op == "open":
+        session = SessionHost(req["job"], iso)
+        write_frame(1, {"opened": True})
+    elif op == "exec" and session is None:
+        write_frame(1, failed("no open session"))
+    elif op == "exec":
+        result = session.execute(req["code"], req["timeout_s"])
+        if result.get("session_ended"):
+            session = None
+        write_frame(1, result)
+    elif op == "close":
+        if session is not None:
+            session.close()
+            session = None
+        write_frame(1, {"closed": True})
+    else:
+        write_frame(1, {"error": f"bad request {op!r}"})
+    return session
 
 
 if __name__ == "__main__":
