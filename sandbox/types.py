@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import math
@@ -142,6 +141,8 @@ class Sandbox:
 
     async def run_async(self, code: str, **kwargs: Any) -> ExecutionResult:
         """`run` for asyncio callers: runs in the default executor, never blocks the loop."""
+        import asyncio  # lazily: `import sandbox` stays light
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, functools.partial(self.run, code, **kwargs))
 
