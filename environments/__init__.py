@@ -1,10 +1,10 @@
 """Concrete agentrl environments. ``register_all`` is the ``agentrl.envs`` entry point.
 
 Registration uses string entry points, so nothing here imports an environment module (or its
-data) until the environment is made.
+data) until the environment is made. ``agentrl`` is imported inside :func:`register_all`, not at the
+top: ``import agentrl`` loads the plugins, so importing ``environments.x`` first must find
+``register_all`` already defined.
 """
-
-from agentrl.env import register
 
 BUILTIN: dict[str, str] = {
     "agentrl/Arithmetic-v0": "environments.arithmetic:ArithmeticEnv",
@@ -13,10 +13,14 @@ BUILTIN: dict[str, str] = {
     "agentrl/MATH500-v0": "environments.math_envs:MATH500Env",
     "agentrl/AIME24-v0": "environments.math_envs:AIME24Env",
     "agentrl/AMC23-v0": "environments.math_envs:AMC23Env",
+    "agentrl/CalculatorMath-v0": "environments.tool_math:CalculatorMathEnv",
+    "agentrl/PythonToolMath-v0": "environments.tool_math:PythonToolMathEnv",
 }
 
 
 def register_all() -> None:
     """Register every built-in environment id in gymnasium's registry."""
+    from agentrl.env import register
+
     for env_id, entry_point in BUILTIN.items():
         register(env_id, entry_point)

@@ -46,16 +46,18 @@ _MARK = "\x00OBSERVATION\x00"
 
 
 def clone_env(env: TextEnv) -> TextEnv:
-    """A fresh copy of ``env`` for one episode; datasets (``tasks`` lists of the env and of envs it
-    wraps) are shared, not copied."""
+    """A fresh copy of ``env`` for one episode. Read-only bulk (the ``tasks`` dataset and the text
+    spaces, of the env and of envs it wraps) is shared, not copied."""
     memo: dict[int, Any] = {}
-    stack = [env]
+    stack, seen = [env], set()
     while stack:
         e = stack.pop()
-        tasks = getattr(e, "tasks", None)
-        if isinstance(tasks, list):
-            memo[id(tasks)] = tasks
-        stack += [v for v in vars(e).values() if isinstance(v, TextEnv) and v is not e]
+        seen.add(id(e))
+        for name in ("tasks", "observation_space", "action_space"):  # read-only and large
+            value = getattr(e, name, None)
+            if value is not None:
+                memo[id(value)] = value
+        stack += [v for v in vars(e).values() if isinstance(v, TextEnv) and id(v) not in seen]
     return copy.deepcopy(env, memo=memo)
 
 

@@ -19,7 +19,7 @@ from agentrl.env import list_envs
 
 ENV_IDS = list_envs()
 EXPECTED = ["agentrl/Arithmetic-v0", "agentrl/Countdown-v0", "agentrl/GSM8K-v0", "agentrl/MATH500-v0",
-            "agentrl/AIME24-v0", "agentrl/AMC23-v0"]
+            "agentrl/AIME24-v0", "agentrl/AMC23-v0", "agentrl/CalculatorMath-v0", "agentrl/PythonToolMath-v0"]
 GARBAGE = ["", " ", "\n\n", "asdf qwerty", "\\boxed{}", "```python\n```", "<tool_call>not json</tool_call>",
            "The answer is banana.", "\\boxed{\\boxed{", "1/0", "import os; os._exit(0)"]
 
@@ -98,3 +98,9 @@ def test_envs_list_cli() -> None:
     listed = out.stdout.split()
     for env_id in EXPECTED:
         assert env_id in listed
+
+
+def test_importing_an_env_module_first_still_registers_the_builtins() -> None:
+    code = "import environments.tool_math, agentrl; assert 'agentrl/GSM8K-v0' in agentrl.list_envs()"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "failed to load" not in out.stderr, out.stderr

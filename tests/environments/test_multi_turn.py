@@ -1,0 +1,200 @@
+"""MultiTurnExecutor: token-exact segments and masks, budgets, failures, batching; tool envs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import agentrl
+from agentrl.engines.base import Completion, SamplingParams
+from agentrl.executors.multi_turn import MultiTurnExecutor
+from agentrl.experience import Experience
+from agentrl.models import train_tokenizer
+from environments.tool_math import Calculator, PythonTool, calculate
+from environments.tools import ToolCallError, ToolEnv, parse_tool_calls
+
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "16 - 3 - 4"}}</tool_call>'
+ANSWER = "She makes 9 * 2 = \\boxed{18} dollars."
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    corpus = [CALL, ANSWER, "<tool_response>\n9\n</tool_response>", "Janet's ducks lay 16 eggs per day."] * 5
+    return train_tokenizer(corpus, 320)
+
+
+class ScriptedEngine:
+    """Answers the k-th generate call with ``script(k, context_ids)`` for every prompt (+ EOS)."""
+
+    def __init__(self, tok: Any, script: Callable[[int, list[int]], str], finish: str = "stop") -> None:
+        self.tok, self.script, self.finish = tok, script, finish
+        self.calls: list[list[list[int]]] = []
+        self.params: list[SamplingParams] = []
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        k = len(self.calls)
+        self.calls.append([list(p) for p in prompts])
+        self.params.append(params)
+        out = []
+        for p in prompts:
+            ids = self.tok(self.script(k, p), add_special_tokens=False)["input_ids"]
+            ids = ids + [self.tok.eos_token_id] if self.finish == "stop" else ids
+            ids = ids[:params.max_new_tokens]
+            out.append(Completion(ids, [-0.25] * len(ids), self.finish))
+        return out
+
+
+def calc_env(**kw: Any) -> ToolEnv:
+    return agentrl.make("agentrl/CalculatorMath-v0", split="test", limit=4, **kw)
+
+
+def spans(exp: Experience, b: int, tok: Any) -> tuple[list[str], list[str]]:
+    """Decoded runs of generated (action_mask 1) and not generated tokens of sample ``b``."""
+    seq = exp.sequences[b][exp.attention_mask[b].bool()].tolist()
+    mask = [0] + exp.action_mask[b, :len(seq) - 1].int().tolist()  # token t is generated iff mask[t-1]
+    runs: dict[int, list[list[int]]] = {0: [], 1: []}
+    prev = None
+    for t, m in zip(seq, mask):
+        if m != prev:
+            runs[m].append([])
+            prev = m
+        runs[m][-1].append(t)
+    return ([tok.decode(r) for r in runs[1]], [tok.decode(r) for r in runs[0]])
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_action_mask_is_one_exactly_on_generated_tokens(tok: Any, chat: bool) -> None:
+    env = calc_env()
+    engine = ScriptedEngine(tok, lambda k, _: CALL if k == 0 else ANSWER)
+    ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=64), chat_template=chat)
+    task = env.tasks[0]  # Janet's ducks: 18
+    [traj] = ex.run([task])
+    assert traj.reward == 1.0 and traj.turn_rewards == [0.0, 1.0] and traj.terminated and not traj.truncated
+    assert [s.is_action for s in traj.segments] == [True, False, True]
+    assert traj.info["turns"] == 2 and traj.info["responses"] == [CALL, ANSWER]
+    # token-in/token-out: the second turn continued from exactly prompt + action + feedback
+    assert engine.calls[1][0] == traj.prompt_ids + traj.segments[0].token_ids + traj.segments[1].token_ids
+    exp = Experience.from_trajectories([traj], tok.pad_token_id)
+    assert exp.num_action_tokens == traj.num_action_tokens
+    generated, other = spans(exp, 0, tok)
+    eos = tok.eos_token
+    assert generated == [CALL + eos, ANSWER + eos]
+    assert other[0] == tok.decode(traj.prompt_ids)
+    assert "<tool_response>\n9\n</tool_response>" in other[1]
+    if chat:
+        assert other[1] == "<|im_end|>\n<|im_start|>user\n<tool_response>\n9\n</tool_response><|im_end|>\n" \
+                           "<|im_start|>assistant\n"
+    else:
+        assert other[1] == "\n<tool_response>\n9\n</tool_response>\n"
+    # engine log-probs sit on the action positions, zeros elsewhere
+    assert (exp.engine_logprobs[0][exp.action_mask[0].bool()] == -0.25).all()
+    assert (exp.engine_logprobs[0][~exp.action_mask[0].bool()] == 0).all()
+
+
+def test_many_episodes_batched_per_turn(tok: Any) -> None:
+    env = calc_env()
+    engine = ScriptedEngine(tok, lambda k, p: CALL if k == 0 and len(p) % 2 == 0 else ANSWER)
+    ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=64), n_samples=3)
+    trajs = ex.run(env.tasks[:2], group_offset=10)
+    assert [t.group_id for t in trajs] == [10, 10, 10, 11, 11, 11]
+    assert len(engine.calls[0]) == 6  # every episode's first turn in one call
+    assert len(engine.calls) <= 2 and all(t.terminated for t in trajs)
+
+
+def test_per_turn_budget_truncates(tok: Any) -> None:
+    env = calc_env()
+    engine = ScriptedEngine(tok, lambda k, _: CALL, finish="length")
+    ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=8))
+    [traj] = ex.run([env.tasks[0]])
+    assert traj.truncated and not traj.terminated and len(traj.segments) == 1
+    assert traj.num_action_tokens == 8 and traj.reward == 0.0 and traj.info["finish_reason"] == "length"
+
+
+def test_total_budget_truncates(tok: Any) -> None:
+    env = calc_env()
+    engine = ScriptedEngine(tok, lambda k, _: CALL)
+    ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=200), max_total_tokens=150)
+    [traj] = ex.run([env.tasks[0]])
+    assert traj.truncated and not traj.terminated
+    assert len(traj.response_ids) <= 150
+    assert all(len(p) - len(traj.prompt_ids) < 150 for p in (c[0] for c in engine.calls))
+
+
+def test_turn_cap_truncates(tok: Any) -> None:
+    env = calc_env(max_tool_calls=2)
+    engine = ScriptedEngine(tok, lambda k, _: CALL)
+    [traj] = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=64)).run([env.tasks[0]])
+    assert env.max_turns == 3 and traj.info["turns"] == 3 and traj.truncated and traj.reward == 0.0
+
+
+class Flaky(ToolEnv):
+    """Raises on the second step of every episode whose task id ends in 1."""
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.turn == 1 and self.task is not None and self.task.id.endswith("1"):
+            raise RuntimeError("env blew up")
+        return super().step(action)
+
+
+def test_env_exception_fails_only_that_episode(tok: Any) -> None:
+    env = Flaky(agentrl.make("agentrl/GSM8K-v0", split="test", limit=4), [Calculator()])
+    engine = ScriptedEngine(tok, lambda k, _: CALL if k == 0 else ANSWER)
+    trajs = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=64)).run(env.tasks[:2])
+    ok, bad = trajs
+    assert not ok.info.get("failed") and ok.reward == 1.0
+    assert bad.info["failed"] is True and bad.reward == 0.0 and "env blew up" in bad.info["error"]
+
+
+def test_parse_tool_calls() -> None:
+    calls = parse_tool_calls('x <tool_call>{"name": "a", "arguments": {"b": 1}}</tool_call>'
+                             '<tool_call>{"name": "c", "arguments": "{\\"d\\": 2}"}</tool_call>'
+                             "<tool_call>{oops}</tool_call><tool_call>[1]</tool_call><tool_call>")
+    assert calls[0] == {"name": "a", "arguments": {"b": 1}}
+    assert calls[1] == {"name": "c", "arguments": {"d": 2}}
+    assert [type(c) for c in calls[2:]] == [ToolCallError] * 3
+    assert "not closed" in str(calls[-1])
+    assert parse_tool_calls("no calls here") == []
+
+
+def test_invalid_calls_get_clear_messages_and_a_cap() -> None:
+    env = calc_env(max_tool_calls=3, max_turns=10)
+    env.reset(seed=0)
+    obs, r, term, trunc, _ = env.step('<tool_call>{"name": "search", "arguments": {}}</tool_call>')
+    assert "unknown tool 'search'; available: calculator" in obs and r == 0.0 and not term
+    obs = env.step('<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call>')[0]
+    assert "missing required argument(s): expression" in obs
+    obs = env.step('<tool_call>{"name": "calculator", "arguments": {"expression": 5}}</tool_call>')[0]
+    assert "must be of type string" in obs
+    obs = env.step(CALL)[0]
+    assert "limit of 3 tool calls" in obs
+
+
+def test_calculator_is_exact_and_safe() -> None:
+    tool = Calculator()
+    assert tool(expression="(48 + 24) / 3") == "24"
+    assert tool(expression="1/3") == "0.333333333333"
+    assert tool(expression="2^10 - 0.5") == "1023.5"
+    for bad in ["__import__('os').system('true')", "2**10000", "10**64**64", "abs(-1)", "x + 1", "1/0",
+                "(" * 300 + "1" + ")" * 300]:
+        with pytest.raises(ToolCallError):
+            calculate(bad)
+
+
+def test_python_tool_session_is_stateful_and_torn_down() -> None:
+    env = agentrl.make("agentrl/PythonToolMath-v0", split="test", limit=2)
+    env.reset(seed=0)
+    call = '<tool_call>{"name": "python", "arguments": {"code": %s}}</tool_call>'
+    obs = env.step(call % '"x = 6 * 7"')[0]
+    assert obs == "<tool_response>\n(no output)\n</tool_response>"
+    obs = env.step(call % '"print(x + 1)\\nx * 2"')[0]
+    assert "43" in obs and "84" in obs
+    tool = env.tools["python"]
+    assert isinstance(tool, PythonTool) and tool.session is not None
+    env.reset(seed=1)  # a new episode gets a fresh interpreter
+    assert tool.session is None
+    obs = env.step(call % '"x"')[0]
+    assert "NameError" in obs
+    env.close()
+    assert tool.session is None
