@@ -129,3 +129,14 @@ def test_numeric_module_api_still_works():
     assert numeric.score("46", task, bare=True).score == 1.0
     assert numeric.extract_number("5 or 6")[1] == "hedged"
     assert numeric.parse_number("1,234") == 1234
+
+
+@pytest.mark.parametrize("fname", ["aime24_test.jsonl", "amc23_test.jsonl"])
+def test_competition_gold_formats(fname):
+    from tests.rewards.conftest import DATA
+
+    for row in read_jsonl(DATA / fname):
+        task = Task(str(row["id"]), row["problem"], row["answer"])
+        gold = rmath.extract_answer(row["answer"])
+        assert rmath.score(f"Thus the answer is $\\boxed{{{gold}}}$.", task).score == 1.0, row["answer"]
+        assert rmath.score("\\boxed{100000}", task).score == 0.0
