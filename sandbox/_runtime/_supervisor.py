@@ -70,18 +70,20 @@ def start_job(job: dict, iso: dict, session: bool = False) -> dict:
     if ns:
         _libc.unshare(CLONE_NEWPID)  # the next child is pid 1 of a new pid namespace
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setsid()
-            _job_main(job, iso, (out_w, err_w, rep_w, req_r), session, workdir)
-        except BaseException:
-            import traceback
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                _job_main(job, iso, (out_w, err_w, rep_w, req_r), session, workdir)
+            except BaseException:
+                import traceback
 
-            traceback.print_exc()
-        os._exit(71)
-    if ns:
-        setns(iso["pidns_fd"], CLONE_NEWPID)  # back to our own namespace for later children
+                traceback.print_exc()
+            os._exit(71)
+    finally:
+        if ns:
+            setns(iso["pidns_fd"], CLONE_NEWPID)  # back to our own namespace for later children
     for fd in (out_w, err_w, rep_w, req_r):
         if fd >= 0:
             os.close(fd)
