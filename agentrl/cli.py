@@ -14,7 +14,10 @@ def _train(args: argparse.Namespace) -> int:
     from agentrl.trainer import Trainer
 
     cfg = load_config(args.config, args.overrides)
-    trainer = Trainer(cfg, run_dir=args.resume or args.run_dir, resume=bool(args.resume))
+    trainer_cls: type = Trainer
+    if cfg.cluster.mode == "ray":
+        from agentrl.distributed.trainer import RayTrainer as trainer_cls
+    trainer = trainer_cls(cfg, run_dir=args.resume or args.run_dir, resume=bool(args.resume))
     trainer.fit()
     return 0
 

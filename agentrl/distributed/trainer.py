@@ -1,0 +1,121 @@
+"""``RayTrainer``: the single-process driver's stages over Ray actor groups (``cluster.mode: ray``).
+
+Only wiring changes: ``build_*`` return handles (:mod:`agentrl.distributed.proxies`) with the
+interfaces the stages already call, so ``Trainer.step`` runs unchanged — tasks, rollout on the
+engine fleet, reward model, experience, reference / critic / old log-probs, advantages, update on
+the policy ranks, weight sync. Two stages have a distributed implementation: ``sync_weights``
+(policy rank 0 -> object store -> engines, or NCCL on GPU; timed as ``time/sync`` every step) and
+``save`` (the driver's copy of the policy is refreshed from rank 0 first). The driver keeps the
+environments, the executor and a CPU copy of the policy for checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentrl import checkpoint as ckpt
+from agentrl.config import RunConfig
+from agentrl.distributed import workers
+from agentrl.distributed.launch import ActorGroup, init_ray
+from agentrl.distributed.proxies import EngineFleet, PolicyGroup, RemoteObject
+from agentrl.distributed.weight_sync import WeightSync
+from agentrl.trainer import Trainer
+
+
+class RayTrainer(Trainer):
+    """``Trainer`` whose models live in Ray actors (see the module docstring)."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
+        init_ray(cfg.cluster)
+        self.groups: list[ActorGroup] = []
+        self._resuming = resume
+        self._weight_sync: WeightSync | None = None
+        try:
+            super().__init__(cfg, run_dir=run_dir, resume=resume)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # ------------------------------------------------------------------ wiring
+    def _group(self, cls: type, name: str, *args: Any) -> ActorGroup:
+        group = ActorGroup(cls, getattr(self.cfg.cluster, name), name, *args)
+        self.groups.append(group)
+        return group
+
+    def _initial_path(self) -> str:
+        """Where actors load the initial policy: the model dir, or the warm-started weights."""
+        if self.warm is None:
+            return self.model_path
+        path = self.run_dir / "initial_policy"
+        if not (path / "config.json").exists():
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        return str(path)
+
+    def build_reference(self) -> Any:
+        if self.cfg.algo.kl_mode == "none":
+            return None
+        return RemoteObject(self._group(workers.ObjectWorker, "reference", workers.make_reference, self.cfg,
+                                        self._initial_path()))
+
+    def build_critic(self) -> Any:
+        if self.cfg.algo.estimator != "gae":
+            return None
+        return RemoteObject(self._group(workers.ObjectWorker, "critic", workers.make_critic, self.cfg,
+                                        self._initial_path()))
+
+    def build_engine(self) -> Any:
+        group = self._group(workers.EngineWorker, "engines", self.cfg, self._initial_path())
+        return EngineFleet(group, colocate=self.cfg.cluster.colocate)
+
+    def build_learner(self) -> Any:
+        path = self._initial_path()
+        if self._resuming and ckpt.latest_checkpoint(self.run_dir) is not None:
+            path = str(ckpt.latest_checkpoint(self.run_dir) / "policy")
+        policy = PolicyGroup(self._group(workers.PolicyWorker, "policy", self.cfg, path), self.cfg.learner)
+        self.engine.policy = policy.group
+        self._weight_sync = WeightSync(policy.group, self.engine.group, self.cfg.cluster.weight_sync)
+        return policy
+
+    def build_reward_model(self) -> Any:
+        if not self.cfg.reward.model:
+            return None
+        return RemoteObject(self._group(workers.ObjectWorker, "reward_model", workers.make_reward_model,
+                                        self.cfg, self._initial_path()))
+
+    # ------------------------------------------------------------------ distributed stages
+    def sync_weights(self) -> None:
+        """Policy rank 0 -> engines (object store on CPU, NCCL broadcast on GPU)."""
+        if self.cfg.cluster.colocate:
+            self.engine.wake_up()
+        self.last_sync_s = self._weight_sync.push()
+        if self.cfg.cluster.colocate:
+            self.engine.sleep()
+
+    def pull_weights(self) -> None:
+        """Refresh the driver's copy of the policy from rank 0 (for checkpoints and checks)."""
+        import ray
+        import torch
+
+        named = [w for w in ray.get(self.learner.group.call_async("named_weights")) if w is not None][0]
+        with torch.no_grad():
+            params = dict(self.model.named_parameters())
+            for name, t in named:
+                params[name].copy_(t.to(params[name].device, params[name].dtype))
+
+    def save(self) -> Path:
+        self.pull_weights()
+        return super().save()
+
+    def shutdown(self) -> None:
+        """Kill this trainer's actors and free their placement groups (Ray itself keeps running)."""
+        for group in reversed(self.groups):
+            group.shutdown()
+        self.groups = []
+
+    def fit(self) -> dict[str, Any]:
+        try:
+            return super().fit()
+        finally:
+            self.shutdown()

@@ -1,0 +1,181 @@
+"""The Ray actors: plain classes (``ActorGroup`` makes them remote), each wrapping a library object.
+
+- ``PolicyWorker``: one data-parallel rank (a :class:`Strategy` + :class:`ShardedPolicyLearner`);
+  serves sharded log-probs, the update, and its weights for the sync.
+- ``EngineWorker``: one rollout engine (``VLLMEngine`` or ``HFEngine``).
+- ``ObjectWorker``: any object built by a factory below (reference, critic, reward model); the
+  driver calls its methods by name.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import torch
+
+from agentrl.config import RunConfig
+from agentrl.experience import Experience
+
+
+def _setup_process(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def free_address() -> tuple[str, int]:
+    """This node's IP and a free TCP port (rendezvous of a process group)."""
+    import ray
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
+class PolicyWorker:
+    """Rank ``rank`` of the policy's data-parallel group; ``setup`` joins the process group."""
+
+    def __init__(self, cfg: RunConfig, model_path: str, *, rank: int, world_size: int, threads: int) -> None:
+        _setup_process(threads)
+        self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
+        self._nccl: Any = None
+
+    def address(self) -> tuple[str, int]:
+        return free_address()
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        """Join the group (all ranks call this concurrently) and build model, strategy, learner."""
+        from agentrl.models import load_causal_lm
+        from agentrl.strategies import make_strategy
+        from agentrl.strategies.learner import ShardedPolicyLearner
+
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+        c, cfg = self.cfg.cluster, self.cfg
+        strategy = make_strategy(c.strategy, zero_stage=c.zero_stage, offload_optimizer=c.offload_optimizer,
+                                 offload_params=c.offload_params, grad_clip=cfg.learner.grad_clip,
+                                 dtype=cfg.model.dtype)
+        model = load_causal_lm(self.model_path, dtype=cfg.model.dtype, device="cpu",
+                               trust_remote_code=cfg.model.trust_remote_code)
+        self.strategy = strategy
+        self.learner = ShardedPolicyLearner(model, cfg.learner, cfg.algo, strategy,
+                                            temperature=cfg.rollout.temperature,
+                                            max_new_tokens=cfg.rollout.max_new_tokens)
+
+    def logprobs(self, exp: Experience) -> torch.Tensor:
+        return self.learner.logprobs(exp)
+
+    def train_step(self, exp: Experience, kl_coef: float) -> dict[str, float]:
+        return self.learner.train_step(exp, kl_coef=kl_coef)
+
+    def named_weights(self) -> list[tuple[str, torch.Tensor]] | None:
+        """Full weights on CPU from rank 0 (every rank must be called: ZeRO-3 gathers collectively)."""
+        out = [(n, t.detach().to("cpu", copy=True)) for n, t in self.strategy.named_parameters()]
+        return out if self.rank == 0 else None
+
+    def weight_specs(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``(name, dtype, shape)`` of every parameter, for the NCCL receivers."""
+        from agentrl.distributed.weight_sync import weight_specs
+
+        return weight_specs(self.strategy)
+
+    def init_nccl(self, host: str, port: int, world_size: int) -> None:
+        """Rank 0 only: join the weight-sync NCCL group as its rank 0 (GPU)."""
+        if self.rank == 0:
+            from agentrl.distributed.weight_sync import nccl_group
+
+            self._nccl = nccl_group(host, port, 0, world_size)
+
+    def broadcast_nccl(self) -> None:
+        """Every rank iterates the (gathered) parameters; rank 0 broadcasts them one by one."""
+        from agentrl.distributed.weight_sync import broadcast_parameters
+
+        broadcast_parameters(self.strategy, self._nccl)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.strategy.optimizer_state()
+
+    def load_optimizer_state(self, states: list[dict[str, Any]]) -> None:
+        self.strategy.load_optimizer_state(states)
+
+    def offload(self) -> None:
+        self.strategy.offload()
+
+    def reload(self) -> None:
+        self.strategy.reload()
+
+
+class EngineWorker:
+    """One rollout engine; engine ``rank`` samples with seed ``data.seed + rank``."""
+
+    def __init__(self, cfg: RunConfig, model_path: str, *, rank: int, world_size: int, threads: int) -> None:
+        _setup_process(threads)
+        if cfg.rollout.engine == "vllm":
+            from agentrl.engines.vllm import VLLMEngine
+
+            self.engine: Any = VLLMEngine(model_path, seed=cfg.data.seed + rank, dtype=cfg.model.dtype,
+                                          enable_sleep_mode=cfg.cluster.colocate)
+        else:
+            from agentrl.engines.hf import HFEngine
+            from agentrl.models import load_causal_lm, load_tokenizer
+
+            model = load_causal_lm(model_path, dtype=cfg.model.dtype, device=cfg.model.device,
+                                   trust_remote_code=cfg.model.trust_remote_code)
+            self.engine = HFEngine(model, load_tokenizer(model_path, cfg.model.trust_remote_code),
+                                   max_batch_size=cfg.rollout.max_batch_size)
+
+    def generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
+        return self.engine.generate(prompts, params)
+
+    def load_weights(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        self.engine.load_weights(named)
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+    def init_nccl(self, host: str, port: int, rank_offset: int, world_size: int) -> None:
+        self.engine.collective_rpc("agentrl_init_nccl", host, port, rank_offset, world_size)
+
+    def receive_nccl(self, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
+        self.engine.collective_rpc("agentrl_receive_nccl", specs)
+
+
+class ObjectWorker:
+    """Holds ``factory(cfg, model_path)`` and runs its methods: ``call(name, *args)``."""
+
+    def __init__(self, factory: Any, cfg: RunConfig, model_path: str, *, rank: int, world_size: int,
+                 threads: int) -> None:
+        _setup_process(threads)
+        self.obj = factory(cfg, model_path)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.obj, method)(*args, **kwargs)
+
+
+def make_reference(cfg: RunConfig, model_path: str) -> Any:
+    """The frozen initial policy (``logprobs(exp) -> (B,A)``)."""
+    from agentrl.learner import FrozenModel
+    from agentrl.models import load_causal_lm
+
+    model = load_causal_lm(model_path, dtype=cfg.model.dtype, device=cfg.model.device,
+                           trust_remote_code=cfg.model.trust_remote_code)
+    return FrozenModel(model, cfg.learner.micro_batch_size, cfg.rollout.temperature)
+
+
+def make_critic(cfg: RunConfig, model_path: str) -> Any:
+    from agentrl.critic import Critic
+
+    return Critic.from_config(cfg, model_path)
+
+
+def make_reward_model(cfg: RunConfig, model_path: str) -> Any:
+    """``reward.model`` loaded with the policy's tokenizer (``score(trajectories) -> list[float]``)."""
+    from agentrl.models import load_tokenizer
+    from agentrl.reward_model import RewardModel
+
+    tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
+    return RewardModel.load(cfg.reward.model, tokenizer=tokenizer, device=cfg.model.device)
