@@ -76,11 +76,20 @@ class HFEngine:
 
     def _decode_loop(self, ids: torch.Tensor, mask: torch.Tensor, params: SamplingParams,
                      stops: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """KV-cached sampling: prefill once, then one token per forward. Returns (B,S) ids, logprobs."""
+        """KV-cached sampling: prefill once, then one token per forward. Returns (B,S) ids, logprobs.
+
+        Identical prompts (the ``n`` samples of one task) are prefilled once and their KV cache is
+        repeated to every sample, so a group costs one prompt forward instead of ``n``.
+        """
         B = ids.shape[0]
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        first, inverse = _distinct_rows(torch.cat([ids, mask], dim=1))
+        uids, umask = (ids, mask) if inverse is None else (ids[first], mask[first])
+        pos = (umask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=uids, attention_mask=umask, position_ids=pos, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1].float()
+        if inverse is not None:  # one cache row per sample
+            past.reorder_cache(inverse)
+            logits, pos = logits[inverse], pos[inverse]
         next_pos = pos[:, -1:] + 1
         stop_t = torch.tensor(stops, device=ids.device)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
@@ -150,6 +159,17 @@ class HFEngine:
         if self._offloaded:
             self.model.to(self._home)
             self._offloaded = False
+
+
+def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Distinct rows of a (B,T) tensor: (index of each one's first occurrence, row -> distinct index),
+    or (None, None) when every row is distinct."""
+    uniq, inverse = torch.unique(rows.cpu(), dim=0, return_inverse=True)
+    if uniq.shape[0] == rows.shape[0]:
+        return None, None
+    first = torch.full((uniq.shape[0],), rows.shape[0], dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0]), reduce="amin")
+    return first.to(rows.device), inverse.to(rows.device)
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
