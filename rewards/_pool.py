@@ -64,7 +64,7 @@ def score_item(name: str, response: str, task_dict: dict[str, Any]) -> dict[str,
     from rewards.registry import get_reward
 
     try:
-        out = get_reward(name)(response, Task.from_dict(task_dict))
+        out = get_reward(name, allow_import=False)(response, Task.from_dict(task_dict))
         return {"score": float(out.score), "components": {k: float(v) for k, v in out.components.items()},
                 "info": _jsonable(out.info), "error": None}
     except Exception as e:  # noqa: BLE001 - a bad item must never fail the batch

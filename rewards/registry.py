@@ -73,10 +73,16 @@ def load_object(spec: str) -> Any:
     return obj
 
 
-def get_reward(name: str) -> RewardFn:
-    """The reward function called ``name`` (see the module docstring for the lookup order)."""
+def get_reward(name: str, *, allow_import: bool = True) -> RewardFn:
+    """The reward function called ``name`` (see the module docstring for the lookup order).
+
+    ``allow_import=False`` refuses ``module:function`` strings that were not registered: the reward
+    server uses it so that a request can never make it import and call arbitrary code.
+    """
     if name in _registered:
         return _registered[name]
+    if ":" in name and not allow_import and name not in BUILTINS and name not in _plugins():
+        raise KeyError(f"unknown reward {name!r}; available: {', '.join(available())}")
     if name in _loaded:
         return _loaded[name]
     if name in BUILTINS:

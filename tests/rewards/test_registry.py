@@ -28,6 +28,8 @@ def test_unknown_name_lists_available():
     assert "nope" in str(e.value) and "math" in str(e.value) and "code" in str(e.value)
     with pytest.raises(KeyError, match="cannot load"):
         rewards.get_reward("no_such_module_xyz:fn")
+    with pytest.raises(KeyError, match="unknown reward"):
+        rewards.get_reward("rewards.math:score", allow_import=False)
 
 
 def test_register_and_float_results():

@@ -110,7 +110,8 @@ def test_bad_items_get_errors_not_500(server):
     items = [{"response": "ok", "reward": "crash"}, {"response": "raise", "reward": "crash"},
              {"response": "hang", "reward": "hang"}, {"response": "exit", "reward": "crash"},
              {"response": "hang", "reward": "busy_c_hang"}, {"response": "\\boxed{3}", "label": "3"},
-             {"response": "1", "label": "1", "reward": "no-such-reward"}]
+             {"response": "1", "label": "1", "reward": "no-such-reward"},
+             {"response": ".", "reward": "os.path:exists"}]  # never import what a request names
     t0 = time.monotonic()
     resp = httpx.post(server + "/score", json={"items": items}, headers=auth(), timeout=60)
     assert resp.status_code == 200
@@ -122,6 +123,7 @@ def test_bad_items_get_errors_not_500(server):
     assert res[4]["error"].startswith("timeout")
     assert res[5]["score"] == 1.0 and res[5]["error"] is None
     assert "unknown reward" in res[6]["error"] and "math" in res[6]["error"]
+    assert "unknown reward" in res[7]["error"]
     assert time.monotonic() - t0 < 60  # two worker restarts (seconds each on a loaded machine)
     # the server is still fine afterwards
     again = httpx.post(server + "/score", json={"items": [{"response": "7", "label": "7"}]}, headers=auth())
