@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | serve-reward | envs list.
+"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list.
 
 Configuration problems print one line (``agentrl: config error: ...``) and exit with status 2.
 """
@@ -41,6 +41,25 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+STAGES = {"sft": ("agentrl.sft", "run_sft", "SFTConfig"), "rm": ("agentrl.rm", "run_rm", "RMConfig"),
+          "dpo": ("agentrl.dpo", "run_dpo", "DPOConfig")}
+
+
+def _stage(args: argparse.Namespace) -> int:
+    """``agentrl sft | rm | dpo CONFIG [overrides]``: the stages before RL (single process)."""
+    import importlib
+    import json
+
+    from agentrl import stage_config
+    from agentrl.config import load_config
+
+    module, fn, cls = STAGES[args.command]
+    cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
+    summary = getattr(importlib.import_module(module), fn)(cfg, run_dir=args.run_dir)
+    print(json.dumps({k: summary[k] for k in ("steps", "seconds", "before", "after", "model_dir")}, indent=1))
+    return 0
+
+
 def _envs(args: argparse.Namespace) -> int:
     from agentrl.env import list_envs
 
@@ -74,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="PNG plots and report.md of a run")
     r.add_argument("run_dir", help="the run directory (metrics.jsonl)")
     r.set_defaults(fn=_report)
+    for name, what in (("sft", "supervised fine-tuning"), ("rm", "train a reward model on preference pairs"),
+                       ("dpo", "direct preference optimisation")):
+        s = sub.add_parser(name, help=f"{what} from a YAML config")
+        s.add_argument("config", help="YAML config file")
+        s.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+        s.add_argument("--run-dir", default=None, help="where to write the run (default from log.run_dir)")
+        s.set_defaults(fn=_stage)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)
