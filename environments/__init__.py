@@ -13,6 +13,9 @@ BUILTIN: dict[str, str] = {
     "agentrl/MATH500-v0": "environments.math_envs:MATH500Env",
     "agentrl/AIME24-v0": "environments.math_envs:AIME24Env",
     "agentrl/AMC23-v0": "environments.math_envs:AMC23Env",
+    "agentrl/HumanEval-v0": "environments.code_envs:HumanEvalEnv",
+    "agentrl/MBPP-v0": "environments.code_envs:MBPPEnv",
+    "agentrl/MBPPRetry-v0": "environments.code_envs:MBPPRetryEnv",
     "agentrl/CalculatorMath-v0": "environments.tool_math:CalculatorMathEnv",
     "agentrl/PythonToolMath-v0": "environments.tool_math:PythonToolMathEnv",
 }
