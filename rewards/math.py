@@ -103,15 +103,15 @@ def _strip_math(s: str) -> str:
 
 
 def _extract_uncached(text: str, cfg: MathConfig) -> Extraction:
-    if cfg.boxed and (boxes := [b for b in boxed_contents(text) if b]):
+    if cfg.boxed and ("\\boxed" in text or "\\fbox" in text) and (boxes := [b for b in boxed_contents(text) if b]):
         last = boxes[-1]
         for other in set(boxes[:-1]):
             if other != last and not compare(other, last, cfg)[0]:
                 return Extraction(None, "hedged")
         return Extraction(last, "boxed")
-    if cfg.hash and (hashes := _HASH_RE.findall(text)):
+    if cfg.hash and "####" in text and (hashes := _HASH_RE.findall(text)):
         return Extraction(_strip_math(hashes[-1]), "hash")
-    if cfg.answer_is and (said := _ANSWER_IS_RE.findall(text)):
+    if cfg.answer_is and ("nswer" in text or "NSWER" in text) and (said := _ANSWER_IS_RE.findall(text)):
         return Extraction(_strip_math(said[-1]), "answer_is")
     if _is_bare(text):
         return Extraction(_strip_math(text), "bare") if text.strip() else Extraction(None, "missing")

@@ -120,7 +120,7 @@ def test_slow_path_timeout_from_a_thread():
     thread.join(30)
     assert out == [(False, "timeout")]
     assert time.monotonic() - t0 < 10
-    assert rmath.compare("x^2-1", "(x-1)(x+1)", cfg) == (True, "sympy")  # the helper restarted
+    assert rmath.compare("x^2-1", "(x-1)(x+1)", rmath.MathConfig(timeout_s=60)) == (True, "sympy")  # restarted
 
 
 def test_numeric_module_api_still_works():
