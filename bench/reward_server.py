@@ -28,6 +28,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+# `python -c` rather than `-m rewards.server`: spawned scoring workers then need not re-import the
+# server module (FastAPI, uvicorn) as their __main__.
+SERVE = "import sys; from rewards.server import cli_main; sys.exit(cli_main(sys.argv[1:]))"
 
 
 def free_port() -> int:
@@ -40,7 +43,7 @@ def start_server(workers: int) -> tuple[subprocess.Popen, str]:
     """The server as a subprocess on a free loopback port, once /healthz answers."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rewards.server", "--port", str(port), "--workers", str(workers)],
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, "--port", str(port), "--workers", str(workers)],
                             cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):

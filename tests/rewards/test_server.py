@@ -18,6 +18,7 @@ from rewards.client import RemoteReward, RemoteRewardError
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+SERVE = "import sys; from rewards.server import cli_main; sys.exit(cli_main(sys.argv[1:]))"
 TOKEN = "s3cret"
 
 
@@ -32,7 +33,7 @@ def start_server(*args: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}"}
     env.pop("AGENTRL_REWARD_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "rewards.server", "--port", str(port), *args],
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, "--port", str(port), *args],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
