@@ -18,7 +18,11 @@ def _train(args: argparse.Namespace) -> int:
     if cfg.cluster.mode == "ray":
         from agentrl.distributed.trainer import RayTrainer as trainer_cls
     trainer = trainer_cls(cfg, run_dir=args.resume or args.run_dir, resume=bool(args.resume))
-    trainer.fit()
+    summary = trainer.fit()
+    if summary.get("interrupted"):  # checkpointed after SIGTERM: 128 + 15, as a killed process reports
+        import signal
+
+        return 128 + signal.Signals[summary["interrupted"]].value
     return 0
 
 

@@ -204,6 +204,9 @@ class RewardConfig:
     """Per-request timeout of the remote reward."""
     retries: int = 3
     """Retries with backoff before a sample is marked failed."""
+    remote_strict: bool = False
+    """Stop the run with a clear error when the reward server still fails after the retries (default: mark
+    those samples failed, reward 0, and go on)."""
     model: str | None = None
     """Reward model (HF dir) for samples the env could not verify."""
 

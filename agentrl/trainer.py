@@ -10,7 +10,11 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +121,9 @@ class Trainer:
                        else FixedKLController(a.kl_coef))
         self.tasks = TaskSource(self.env, cfg.data.seed)
         self.reward_model = self.build_reward_model()
+        self.remote_reward = self.build_remote_reward()
         self.step_idx, self.resumed, self.last_metrics = 0, resume, {}
+        self.stop_signal: int | None = None
         if resume:
             self._resume()
 
@@ -138,12 +144,46 @@ class Trainer:
             t.info["reward_model_score"] = float(score)
         return trajs
 
+    def score_remote(self, trajs: list[Trajectory], tasks: list[Task]) -> list[Trajectory]:
+        """With ``reward.remote_url`` the reward server scores every sample (in place of the env's reward).
+
+        The client retries with backoff; a batch still unscored after ``reward.retries`` marks its
+        samples failed (reward 0, ``info["error"]``) and training goes on, or stops with a clear error
+        when ``reward.remote_strict`` is set. An item the server could not score fails that sample only.
+        """
+        if self.remote_reward is None:
+            return trajs
+        from rewards.client import RemoteRewardError
+
+        by_id = {t.id: t for t in tasks}
+        todo = [t for t in trajs if not t.info.get("failed")]
+        responses = [t.info["response"] if "response" in t.info else "".join(t.info.get("responses", []))
+                     for t in todo]
+        try:
+            results = self.remote_reward.score_batch(responses, [by_id[t.task_id] for t in todo])
+        except RemoteRewardError as e:
+            if self.cfg.reward.remote_strict:
+                raise RuntimeError(f"reward server {self.cfg.reward.remote_url} failed and reward.remote_strict "
+                                   f"is set: {e}") from e
+            log.error("reward server failed; %d samples marked failed: %s", len(todo), e)
+            results = [None] * len(todo)
+            for t in todo:
+                t.info.update(failed=True, error=f"remote reward: {e}")
+        for t, r in zip(todo, results):
+            t.reward = 0.0 if r is None else float(r.score)
+            if r is not None:
+                t.info["reward_components"] = dict(r.components)
+                if r.info.get("error"):
+                    t.info.update(failed=True, error=f"remote reward: {r.info['error']}")
+        return trajs
+
     def sample(self, tasks: list[Task]) -> list[Trajectory]:
-        """Rollouts of ``tasks`` with final rewards: reward model, then the optional overlong penalty."""
+        """Rollouts of ``tasks`` with final rewards: remote reward or reward model, then the optional
+        overlong penalty."""
         with self.timer("generate"):
             trajs = self.rollout(tasks)
         with self.timer("reward"):
-            trajs = self.score_unverified(trajs)
+            trajs = self.score_unverified(self.score_remote(trajs, tasks))
             a = self.cfg.algo
             if a.overlong_buffer:
                 apply_overlong_penalty(trajs, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
@@ -245,7 +285,24 @@ class Trainer:
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     def fit(self) -> dict[str, Any]:
-        """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after."""
+        """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after.
+
+        SIGTERM (a scheduler's preemption) finishes the current step, writes a checkpoint and returns
+        with ``summary["interrupted"]`` set; ``agentrl train --resume RUN_DIR`` continues the run.
+        """
+        with stop_on_sigterm(self):
+            return self._fit()
+
+    def _stopped(self, tracker: Tracker, before: dict[str, float], rl_seconds: float) -> dict[str, Any]:
+        """After SIGTERM: checkpoint now (skip the final evaluation) and say how to resume."""
+        path = self.save()
+        name = signal.Signals(self.stop_signal).name
+        tracker.print(f"{name}: checkpoint {path.name} written at step {self.step_idx}; "
+                      f"resume with: agentrl train CONFIG --resume {self.run_dir}")
+        return {"steps": self.step_idx, "rl_seconds": rl_seconds, "eval_before": before["eval/accuracy"],
+                "interrupted": name, "checkpoint": str(path)}
+
+    def _fit(self) -> dict[str, Any]:
         cfg = self.cfg
         tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps, start_step=self.step_idx)
         try:
@@ -257,7 +314,7 @@ class Trainer:
                 tracker.log(self.step_idx, before)
             tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
             started = time.perf_counter()
-            while self.step_idx < cfg.learner.total_steps:
+            while self.step_idx < cfg.learner.total_steps and self.stop_signal is None:
                 if cfg.learner.max_seconds and time.perf_counter() - started > cfg.learner.max_seconds:
                     tracker.print(f"time budget of {cfg.learner.max_seconds:.0f} s reached")
                     break
@@ -270,6 +327,8 @@ class Trainer:
                 if cfg.checkpoint.every and self.step_idx % cfg.checkpoint.every == 0:
                     self.save()
             rl_seconds = time.perf_counter() - started
+            if self.stop_signal is not None:
+                return self._stopped(tracker, before, rl_seconds)
             after = self.evaluate()
             tracker.log(self.step_idx, after)
         finally:
@@ -335,6 +394,16 @@ class Trainer:
         return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,
                              max_new_tokens=self.cfg.rollout.max_new_tokens)
 
+    def build_remote_reward(self) -> Any:
+        """The reward server client when ``reward.remote_url`` is set (``rewards.client.RemoteReward``)."""
+        r = self.cfg.reward
+        if not r.remote_url:
+            return None
+        from rewards.client import RemoteReward
+
+        return RemoteReward(r.remote_url, reward=r.remote_reward, token=r.remote_token, timeout_s=r.timeout_s,
+                            retries=r.retries)
+
     def build_reward_model(self) -> Any:
         """Scores samples the env could not verify (``.score(trajectories) -> list[float]``)."""
         if not self.cfg.reward.model:
@@ -342,6 +411,27 @@ class Trainer:
         from agentrl.reward_model import RewardModel
 
         return RewardModel.load(self.cfg.reward.model, tokenizer=self.tokenizer, device=self.cfg.model.device)
+
+
+@contextmanager
+def stop_on_sigterm(trainer: Trainer) -> Iterator[None]:
+    """While inside: the first SIGTERM sets ``trainer.stop_signal`` (the loop checkpoints and stops after
+    the current step); a second one exits at once. No-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if trainer.stop_signal is not None:
+            raise SystemExit(128 + signum)
+        trainer.stop_signal = signum
+        log.warning("%s received: stopping after this step with a checkpoint", signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:

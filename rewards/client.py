@@ -4,16 +4,19 @@
     results = reward.score_batch(responses, tasks)      # list[RewardResult], in order
     result = reward(response, task)                      # same as an in-process reward function
 
-Connection errors, timeouts, 429 and 5xx are retried with exponential backoff (``retries``,
-``backoff_s``, ``max_backoff_s``); other 4xx (401, 413, 422) raise at once. An item the server
-could not score comes back as score 0 with ``info["error"]`` (or raises, ``on_item_error="raise"``):
-one bad item never aborts the batch.
+Connection errors, timeouts, 429, 5xx and malformed answers (not JSON, not one result per item, a
+score that is not a finite number) are retried with exponential backoff (``retries``, ``backoff_s``,
+``max_backoff_s``); other 4xx (401, 413, 422) raise at once. An item the server could not score
+comes back as score 0 with ``info["error"]`` (or raises, ``on_item_error="raise"``): one bad item
+never aborts the batch.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -54,7 +57,8 @@ class RemoteReward:
         for start in range(0, len(responses), self.batch_size):
             items = [{"response": r, "task": t.to_dict()}
                      for r, t in zip(responses[start:start + self.batch_size], tasks[start:start + self.batch_size])]
-            body = self._post("/score", {"reward": reward or self.reward, "items": items})
+            body = self._request("POST", "/score", {"reward": reward or self.reward, "items": items},
+                                 check=lambda b, n=len(items): _check_results(b, n))
             out.extend(self._result(r) for r in body["results"])
         return out
 
@@ -81,18 +85,37 @@ class RemoteReward:
     def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", path, payload)
 
-    def _request(self, method: str, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None,
+                 check: Callable[[Any], None] | None = None) -> dict[str, Any]:
         last: str = ""
         for attempt in range(self.retries + 1):
             try:
                 resp = self._http.request(method, self.url + path, json=payload)
                 if resp.status_code < 400:
-                    return resp.json()
+                    body = resp.json()
+                    if check is not None:
+                        check(body)
+                    return body
                 if resp.status_code not in _RETRY_STATUS:
                     raise RemoteRewardError(f"{method} {path}: HTTP {resp.status_code}: {resp.text[:500]}")
                 last = f"HTTP {resp.status_code}"
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
+            except ValueError as e:  # not JSON, or not the expected shape: a broken server or proxy
+                last = f"malformed answer: {e}"
             if attempt < self.retries:
                 time.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** attempt))
         raise RemoteRewardError(f"{method} {self.url}{path} failed after {self.retries + 1} attempts: {last}")
+
+
+def _check_results(body: Any, n: int) -> None:
+    """Raise ``ValueError`` unless ``body`` is ``{"results": [...]}`` with one well-formed result per item."""
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list) or len(results) != n:
+        got = len(results) if isinstance(results, list) else type(results).__name__
+        raise ValueError(f"expected {n} results, got {got}")
+    for r in results:
+        if not isinstance(r, dict) or (not r.get("error") and not (
+                isinstance(r.get("score"), int | float) and math.isfinite(r["score"]) and isinstance(r.get("components"), dict)
+                and isinstance(r.get("info"), dict))):
+            raise ValueError(f"malformed result {str(r)[:200]}")
