@@ -58,12 +58,10 @@ def test_local_jsonl_dataset_with_split_placeholder(tmp_path: Path) -> None:
         agentrl.make("agentrl/GSM8K-v0", dataset=str(tmp_path / "train.jsonl"))
 
 
-def test_hub_dataset_without_datasets_package_is_a_clear_error() -> None:
-    try:
-        import datasets  # noqa: F401
-        pytest.skip("datasets is installed")
-    except ImportError:
-        pass
+def test_hub_dataset_without_datasets_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
     with pytest.raises(ImportError, match="pip install datasets"):
         agentrl.make("agentrl/GSM8K-v0", dataset="openai/gsm8k", subset="main")
 
@@ -111,3 +109,33 @@ def test_countdown_use_all_false_allows_subsets() -> None:
 def test_countdown_evaluate_is_exact() -> None:
     value, used = evaluate("(7 - 3) / 8 * 6")
     assert value == 3 and used == [7, 3, 8, 6]
+
+
+def test_hub_dataset_goes_through_datasets_load_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    calls = []
+
+    def load_dataset(name: str, subset: str | None, split: str) -> list[dict]:
+        calls.append((name, subset, split))
+        return [{"question": "1+1?", "answer": "so 2\n#### 2"}]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    env = agentrl.make("agentrl/GSM8K-v0", dataset="openai/gsm8k", subset="main", split="test")
+    assert calls == [("openai/gsm8k", "main", "test")]
+    assert [t.answer for t in env.tasks] == ["2"] and env.tasks[0].id == "gsm8k-test-0"
+
+
+def test_parquet_needs_pyarrow_or_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        path.write_bytes(b"PAR1")
+        with pytest.raises(ImportError, match="needs pyarrow"):
+            agentrl.make("agentrl/GSM8K-v0", dataset=str(path))
+        return
+    pq.write_table(pa.Table.from_pylist([{"question": "1+1?", "answer": "#### 2"}]), path)
+    assert agentrl.make("agentrl/GSM8K-v0", dataset=str(path)).tasks[0].answer == "2"
