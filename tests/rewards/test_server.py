@@ -132,8 +132,8 @@ def test_bad_items_get_errors_not_500(server):
 
 
 def test_in_process_and_http_identical(server, math500):
-    rows = math500[:40]
-    responses = [r["solution"] for r in rows] + [f"I think it is {i}" for i in range(40)]
+    rows = math500[:24]
+    responses = [r["solution"] for r in rows] + [f"I think it is {i}" for i in range(24)]
     tasks = [Task(r["unique_id"], r["problem"], r["answer"]) for r in rows] * 2
     local = [get_reward("math")(resp, t) for resp, t in zip(responses, tasks)]
     with RemoteReward(server, token=TOKEN, batch_size=16) as remote:
