@@ -69,6 +69,7 @@ def test_gpu_config_is_a_real_recipe_with_a_tiny_twin(path):
     assert tiny.algo.estimator == cfg.algo.estimator and tiny.algo.kl_mode == cfg.algo.kl_mode
 
 
+@pytest.mark.slow  # one short training run per recipe
 @pytest.mark.parametrize("path", TINY, ids=lambda p: p.stem)
 def test_tiny_config_trains_two_steps(path, tmp_path):
     from agentrl.checkpoint import latest_checkpoint

@@ -86,6 +86,7 @@ def _assert_same_weights(a: Path, b: Path) -> None:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow  # three training processes
 def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     _train(full, "--run-dir", str(full))
