@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("eval", help="evaluate a model on registered envs: pass@k, maj@k, tables, eval.json")
     v.add_argument("overrides", nargs="*", help="dotted.key=value overrides (eval.n_samples=8 eval.k=[1,8])")
     v.add_argument("--config", default=None, help="YAML config (sampling, eval section); optional")
-    v.add_argument("--model", default=None, help="HF dir, hub id, checkpoint dir or 'tiny' (default model.path)")
+    v.add_argument("--model", default=None, help="HF dir, hub id, run or checkpoint dir, or 'tiny' (default model.path)")
     v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
     v.add_argument("--out", default="eval_out", help="directory for eval.json")
     v.set_defaults(fn=_eval)

@@ -182,6 +182,10 @@ def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> di
     primary = make_env(cfg)
     path = model_path or cfg.model.path
     path = resolve_model_path(cfg, primary) if path == "tiny" else path
+    if (Path(path) / "checkpoints").is_dir():  # a run dir: its latest checkpoint
+        from agentrl.checkpoint import latest_checkpoint
+
+        path = str(latest_checkpoint(Path(path)) or path)
     if (Path(path) / "policy").is_dir():  # a training checkpoint dir
         path = str(Path(path) / "policy")
     model, tokenizer = load_policy(cfg, path)
@@ -195,7 +199,7 @@ def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> di
         executor = make_executor(cfg, env, engine, tokenizer)
         tasks = fixed_tasks(env, cfg.eval.max_tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
         results += evaluate_tasks(executor, tasks, params, n, dataset=env_id)
-    report = {"model": str(path), "n_samples": n, "k": list(cfg.eval.k),
+    report = {"model": str(path), "envs": cfg.eval.envs or [cfg.env.id], "n_samples": n, "k": list(cfg.eval.k),
               "sampling": asdict(params), "overall": summarize(results, cfg.eval.k),
               **tables(results, cfg.eval.k), "samples": [asdict(r) for r in results]}
     out = Path(out_dir)
