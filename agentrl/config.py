@@ -182,6 +182,10 @@ class LearnerConfig:
     """Linear learning-rate warm-up in optimizer steps."""
     micro_batch_size: int = 256
     """Samples per forward/backward (gradient accumulation below one optimizer step)."""
+    micro_batch_tokens: int = 0
+    """Instead of micro_batch_size: micro-batches of about this many tokens, groups kept whole (0 = off)."""
+    shared_prefix: bool = True
+    """Run a prompt shared by a group's samples once in the learner's forward/backward (same gradients)."""
     mini_batch_size: int = 0
     """Samples per optimizer step (0 = the whole batch: one step per batch)."""
     ppo_epochs: int = 1

@@ -13,42 +13,52 @@ from typing import Any
 
 import torch
 
-from agentrl.algorithms import agg_loss, entropy_from_logits, kl_penalty, masked_mean, policy_loss
+from agentrl.algorithms import agg_loss, kl_penalty, masked_mean, policy_loss
 from agentrl.config import AlgoConfig, LearnerConfig
 from agentrl.experience import Experience
+from agentrl.packing import (
+    prompt_lengths,
+    shared_prefix_logprobs,
+    token_balanced_micro_batches,
+    token_logprobs,
+)
 
 
 def sequence_logprobs(model: Any, sequences: torch.Tensor, attention_mask: torch.Tensor, *,
-                      temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
+                      prompt_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each next token: sequences, attention_mask (B,T) -> logprobs (B,A), entropy (B,A).
 
     Logits are divided by the sampling temperature, as the engine's were. The entropy carries a
     gradient only with ``entropy_grad`` (an entropy bonus); otherwise it is a detached metric.
+    With ``prompt_lens`` (B,) of right-padded rows, rows that share a prompt run it once
+    (``agentrl.packing.shared_prefix_logprobs``: same values and gradients, less compute).
     """
+    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    if prompt_lens is not None:
+        shared = shared_prefix_logprobs(model, sequences, attention_mask, prompt_lens, **kw)
+        if shared is not None:
+            return shared
     logits = model(input_ids=sequences, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
-    logits = logits.float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    targets = sequences[:, 1:].unsqueeze(-1)
-    logprobs = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    entropy = None
-    if with_entropy or entropy_grad:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits)
-    return logprobs, entropy
+    return token_logprobs(logits, sequences[:, 1:], **kw)
+
+
+def shared_prompts(exp: Experience, enabled: bool = True) -> torch.Tensor | None:
+    """``prompt_lens`` for ``sequence_logprobs`` when prompts may be shared (None: plain forward)."""
+    return prompt_lengths(exp.action_mask, exp.attention_mask) if enabled else None
 
 
 @torch.no_grad()
-def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, temperature: float = 1.0
-                     ) -> torch.Tensor:
+def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, temperature: float = 1.0,
+                     shared_prefix: bool = True) -> torch.Tensor:
     """``sequence_logprobs`` over an Experience in micro-batches, without gradients: (B,A)."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(exp.action_mask)
     for start in range(0, len(exp), max(1, micro_batch_size)):
         part = exp.select(slice(start, start + micro_batch_size)).trim()
-        lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature)
+        lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature,
+                                  prompt_lens=shared_prompts(part, shared_prefix))
         out[start:start + len(part), :lp.shape[1]] = lp
     model.train(was_training)
     return out
@@ -57,15 +67,17 @@ def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, tempera
 class FrozenModel:
     """A model that only scores (the reference policy): ``logprobs(exp) -> (B,A)``."""
 
-    def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0) -> None:
+    def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0, shared_prefix: bool = True
+                 ) -> None:
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.micro_batch_size = micro_batch_size
         self.temperature = temperature if temperature > 0 else 1.0
+        self.shared_prefix = shared_prefix
 
     def logprobs(self, exp: Experience) -> torch.Tensor:
-        return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature)
+        return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix)
 
 
 def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: int
@@ -91,7 +103,7 @@ class PolicyLearner:
 
     def logprobs(self, exp: Experience) -> torch.Tensor:
         """Current policy log-probs of ``exp`` without gradients (B,A)."""
-        return batched_logprobs(self.model, exp, self.cfg.micro_batch_size, self.temperature)
+        return batched_logprobs(self.model, exp, self.cfg.micro_batch_size, self.temperature, self.cfg.shared_prefix)
 
     def needs_old_logprobs(self, batch_size: int) -> bool:
         """Old log-probs must be computed only when a batch gets more than one optimizer step;
@@ -117,11 +129,12 @@ class PolicyLearner:
         norm = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=self.max_len)
         self.optimizer.zero_grad(set_to_none=True)
         acc = {"policy_loss": 0.0, "clipfrac": 0.0, "ratio": 0.0, "entropy": 0.0, "kl": 0.0}
-        for micro in mini.split(self.cfg.micro_batch_size):
+        for micro in self.micro_batches(mini):
             micro = micro.trim()
             lp, ent = sequence_logprobs(self.model, micro.sequences, micro.attention_mask,
                                         temperature=self.temperature, with_entropy=True,
-                                        entropy_grad=bool(algo.entropy_coef))
+                                        entropy_grad=bool(algo.entropy_coef),
+                                        prompt_lens=shared_prompts(micro, self.cfg.shared_prefix))
             old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
             mask = micro.action_mask
             loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low,
@@ -142,6 +155,15 @@ class PolicyLearner:
         grad_norm = self._clip_and_step()
         acc.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0])
         return acc
+
+    def micro_batches(self, mini: Experience) -> list[Experience]:
+        """``micro_batch_size`` consecutive samples, or with ``micro_batch_tokens`` groups partitioned into
+        micro-batches of about that many tokens (Karmarkar–Karp); the gradient is the same either way."""
+        if self.cfg.micro_batch_tokens <= 0:
+            return mini.split(self.cfg.micro_batch_size)
+        parts = token_balanced_micro_batches(mini.attention_mask.sum(-1).tolist(), mini.group_ids.tolist(),
+                                             self.cfg.micro_batch_tokens)
+        return [mini.select(torch.tensor(p)) for p in parts]
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
