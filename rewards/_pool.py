@@ -6,7 +6,7 @@ time limits protect the caller:
 
 - inside the worker, every item runs under ``signal.setitimer`` (the worker's main thread), so a
   pure-Python hang becomes a per-item ``timeout`` error;
-- outside, the dispatcher thread watches that record: a worker that spends more than
+- outside, the pool (on the server's event loop) watches that record: a worker that spends more than
   ``item_timeout_s + grace_s`` on one item (stuck in C code) is killed, and so is noticed one that
   died (``os._exit``, segfault); the item it was on gets an error and the rest of its chunk is
   re-sent to a fresh worker (reward functions are pure, so re-scoring is harmless).
@@ -22,12 +22,9 @@ import asyncio
 import json
 import math
 import multiprocessing as mp
-import queue
 import signal
-import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 STARTUP_TIMEOUT_S = 120.0
@@ -118,10 +115,15 @@ def _context() -> Any:
     return ctx
 
 
+def _set_done(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 @dataclass
 class _Job:
     items: list[Item]
-    future: Future = field(default_factory=Future)
+    future: asyncio.Future
 
 
 class _Worker:
@@ -145,19 +147,34 @@ class _Worker:
 
 
 class WorkerPool:
-    """``await pool.score(items)`` -> one result dict per item, in order."""
+    """``await pool.start()``, then ``await pool.score(items)`` -> one result dict per item, in order.
+
+    Runs on the caller's event loop: one serving task per worker waits for that worker's pipe with
+    ``loop.add_reader`` (no threads, no GIL hand-offs); only starting a worker runs in a thread.
+    """
 
     def __init__(self, workers: int = 2, plugins: list[str] | None = None, item_timeout_s: float = 10.0,
                  grace_s: float = 2.0, chunk_size: int = 128) -> None:
+        self.size = max(1, workers)
         self.plugins = list(plugins or [])
         self.item_timeout_s, self.grace_s, self.chunk_size = item_timeout_s, grace_s, chunk_size
         self.restarts = 0
         self._ctx = _context()
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._threads = [threading.Thread(target=self._dispatch, daemon=True, name=f"reward-worker-{i}")
-                         for i in range(max(1, workers))]
-        for t in self._threads:
-            t.start()
+        self._jobs: asyncio.Queue[_Job] | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        """Start the worker processes (in parallel) and their serving tasks."""
+        loop = asyncio.get_running_loop()
+        self._jobs = asyncio.Queue()
+        workers = await asyncio.gather(*(loop.run_in_executor(None, self._new_worker) for _ in range(self.size)))
+        self._tasks = [asyncio.create_task(self._serve(w)) for w in workers]
+
+    async def close(self) -> None:
+        """Stop the serving tasks and kill the workers."""
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def score(self, items: list[Item]) -> list[dict[str, Any]]:
         """Score ``items`` across the workers; never raises for a bad item."""
@@ -167,69 +184,69 @@ class WorkerPool:
         """Like :meth:`score`, each result already JSON-encoded (by the worker)."""
         if not items:
             return []
-        n = min(len(self._threads), math.ceil(len(items) / 8))
+        assert self._jobs is not None, "call `await pool.start()` first"
+        loop = asyncio.get_running_loop()
+        n = min(self.size, math.ceil(len(items) / 8))
         size = min(self.chunk_size, math.ceil(len(items) / n))
-        jobs = [_Job(items[i:i + size]) for i in range(0, len(items), size)]
+        jobs = [_Job(items[i:i + size], loop.create_future()) for i in range(0, len(items), size)]
         for job in jobs:
-            self._jobs.put(job)
-        parts = await asyncio.gather(*(asyncio.wrap_future(job.future) for job in jobs))
+            self._jobs.put_nowait(job)
+        parts = await asyncio.gather(*(job.future for job in jobs))
         return [r for part in parts for r in part]
 
-    def score_sync(self, items: list[Item]) -> list[dict[str, Any]]:
-        """Blocking variant of :meth:`score` (for callers without an event loop)."""
-        job = _Job(list(items))
-        self._jobs.put(job)
-        return [json.loads(r) for r in job.future.result()]
+    def _new_worker(self) -> _Worker:
+        return _Worker(self._ctx, self.plugins, self.item_timeout_s)
 
-    def close(self) -> None:
-        """Stop the dispatcher threads and their worker processes."""
-        for _ in self._threads:
-            self._jobs.put(None)
-        for t in self._threads:
-            t.join(10)
-
-    def _dispatch(self) -> None:
-        worker: _Worker | None = None
-        while (job := self._jobs.get()) is not None:
-            try:
-                if worker is None:
-                    worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
-                worker, results = self._run(worker, job.items)
-                job.future.set_result(results)
-            except BaseException as e:  # noqa: BLE001 - keep the dispatcher alive
-                job.future.set_result([_encoded_error(f"internal error: {e!r}")] * len(job.items))
-                if worker is not None:
-                    worker.kill()
-                worker = None
-        if worker is not None:
+    async def _serve(self, worker: _Worker) -> None:
+        assert self._jobs is not None
+        try:
+            while True:
+                job = await self._jobs.get()
+                try:
+                    worker, results = await self._run(worker, job.items)
+                except Exception as e:  # noqa: BLE001 - keep serving
+                    results = [_encoded_error(f"internal error: {e!r}")] * len(job.items)
+                if not job.future.done():
+                    job.future.set_result(results)
+        finally:
             worker.kill()
 
-    def _run(self, worker: _Worker, items: list[Item]) -> tuple[_Worker, list[bytes]]:
+    async def _restart(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        self.restarts += 1
+        return await asyncio.get_running_loop().run_in_executor(None, self._new_worker)
+
+    async def _run(self, worker: _Worker, items: list[Item]) -> tuple[_Worker, list[bytes]]:
         results: list[bytes | None] = [None] * len(items)
         pending = list(range(len(items)))
         while pending:
             if not worker.proc.is_alive():  # died while idle
-                worker.kill()
-                worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
+                worker = await self._restart(worker)
             worker.conn.send([(i, *items[i]) for i in pending])
-            failure = self._collect(worker, results)
+            failure = await self._collect(worker, results)
             if failure is not None:
                 stuck, why = failure
                 results[stuck if stuck >= 0 else pending[0]] = _encoded_error(why)
-                worker.kill()
-                self.restarts += 1
-                worker = _Worker(self._ctx, self.plugins, self.item_timeout_s)
+                worker = await self._restart(worker)
             pending = [i for i in pending if results[i] is None]
         return worker, results  # type: ignore[return-value]
 
-    def _collect(self, worker: _Worker, results: list[bytes | None]) -> tuple[int, str] | None:
+    async def _collect(self, worker: _Worker, results: list[bytes | None]) -> tuple[int, str] | None:
         """Wait for the chunk's results; on a hang or crash return ``(item index, why)``."""
+        loop = asyncio.get_running_loop()
         limit = self.item_timeout_s + self.grace_s
-        while not worker.conn.poll(0.2):
+        fd = worker.conn.fileno()
+        while not worker.conn.poll(0):
+            ready = loop.create_future()
+            loop.add_reader(fd, _set_done, ready)
+            try:
+                await asyncio.wait([ready], timeout=0.2)
+            finally:
+                loop.remove_reader(fd)
             current, started = worker.progress[0], worker.progress[1]
-            if not worker.proc.is_alive():
+            if not ready.done() and not worker.proc.is_alive():
                 return int(current), f"worker crashed (exit code {worker.proc.exitcode})"
-            if current >= 0 and time.monotonic() - started > limit:
+            if not ready.done() and current >= 0 and time.monotonic() - started > limit:
                 return int(current), f"timeout: worker killed after {limit:.1f}s"
         try:
             for index, result in worker.conn.recv():
@@ -237,14 +254,3 @@ class WorkerPool:
         except (EOFError, OSError):
             return int(worker.progress[0]), f"worker crashed (exit code {worker.proc.exitcode})"
         return None
-
-
-def wait_ready(pool: WorkerPool, timeout_s: float = 60.0) -> None:
-    """Block until every worker has started (scores one trivial item per worker)."""
-    deadline = time.monotonic() + timeout_s
-    items: list[Item] = [("numeric", "1", {"id": "warmup", "prompt": "", "answer": "1"})] * len(pool._threads)
-    futures = [_Job([it]) for it in items]
-    for job in futures:
-        pool._jobs.put(job)
-    for job in futures:
-        job.future.result(max(0.1, deadline - time.monotonic()))

@@ -237,7 +237,9 @@ def fast_equal(pred: str, gold: str, rel_tol: float = 1e-9) -> bool | None:
     sp, sg = structure(canonical_thousands(pred)), structure(canonical_thousands(gold))
     if sp is None or sg is None:
         one = sp or sg
-        return False if one is not None and one[0] in (":", "set") else None
+        if one is not None and (one[0] in (":", "set") or a is not None or b is not None):
+            return False  # a number, ratio or list never equals a single other answer
+        return None
     return _structures_equal(sp, sg, rel_tol)
 
 

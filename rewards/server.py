@@ -29,7 +29,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from rewards._pool import WorkerPool, wait_ready
+from rewards._pool import WorkerPool
 from rewards.registry import available, get_reward, load_object, register
 
 
@@ -186,9 +186,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         state["pool"] = WorkerPool(config.workers, config.plugins, config.item_timeout_s)
-        wait_ready(state["pool"])
+        await state["pool"].start()
         yield
-        state["pool"].close()
+        await state["pool"].close()
 
     app = FastAPI(title="agentrl reward server", version="1", lifespan=lifespan)
     app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
