@@ -83,6 +83,9 @@ def parse_tool_calls(action: str) -> list[dict[str, Any] | ToolCallError]:
         except json.JSONDecodeError as e:
             out.append(ToolCallError(f"the tool call is not valid JSON ({e.msg} at position {e.pos})"))
             continue
+        except RecursionError:  # "[[[[..." thousands deep: not a crash of the episode
+            out.append(ToolCallError("the tool call is nested too deeply"))
+            continue
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             out.append(ToolCallError('a tool call must be a JSON object {"name": ..., "arguments": {...}}'))
             continue
@@ -90,7 +93,7 @@ def parse_tool_calls(action: str) -> list[dict[str, Any] | ToolCallError]:
         if isinstance(args, str):  # some models send the arguments as a JSON string
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 pass
         if not isinstance(args, dict):
             out.append(ToolCallError(f"the arguments of {call['name']!r} must be a JSON object"))

@@ -74,17 +74,22 @@ class Extraction:
     how: str
 
 
+def matching_braces(text: str) -> dict[int, int]:
+    """``{index of "{": index of its "}"}`` for every balanced pair, in one pass (linear even for
+    thousands of nested, unclosed ``\\boxed{`` in a runaway output)."""
+    pairs, opened = {}, []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            opened.append(i)
+        elif ch == "}" and opened:
+            pairs[opened.pop()] = i
+    return pairs
+
+
 def boxed_contents(text: str) -> list[str]:
     """Contents of every ``\\boxed{...}`` / ``\\fbox{...}``, braces balanced, in order."""
-    out = []
-    for m in _BOXED_RE.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append(text[m.end(): i - 1].strip())
-    return out
+    pairs = matching_braces(text)
+    return [text[m.end(): pairs[m.end() - 1]].strip() for m in _BOXED_RE.finditer(text) if m.end() - 1 in pairs]
 
 
 def _is_bare(text: str) -> bool:

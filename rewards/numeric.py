@@ -38,15 +38,10 @@ def parse_number(text: str) -> Fraction | None:
 
 
 def _boxed_contents(text: str) -> list[str]:
-    out = []
-    for m in _BOXED_RE.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append(text[m.end(): i - 1])
-    return out
+    from rewards.math import matching_braces  # linear; the nested scan was quadratic
+
+    pairs = matching_braces(text)
+    return [text[m.end(): pairs[m.end() - 1]] for m in _BOXED_RE.finditer(text) if m.end() - 1 in pairs]
 
 
 def _numbers_in(segment: str) -> list[Fraction]:
