@@ -5,16 +5,18 @@ The model is any causal LM with a scalar score head: ``AutoModelForSequenceClass
 reads the score at the last non-padding token (the sequence ends with the EOS the policy emits).
 Losses: ``agentrl.algorithms.reward_model_loss`` (pairwise or log-exp, optional margin).
 
-On-disk output (``RUN/final``), loaded directly as the reward model of the RL learner
-(``reward.model=RUN/final``, ``agentrl.reward_model.RewardModel.load``): a Hugging Face
-``AutoModelForSequenceClassification`` directory (``num_labels=1``, ``pad_token_id`` set) with its
-tokenizer, plus ``reward_stats.json``: ``{"mean", "std"}`` of the trained model's rewards over the
-training responses (chosen and rejected), for normalising scores.
+On-disk output (``RUN/final``), written by ``agentrl.reward_model.save_reward_model`` and loaded
+directly as the reward model of the RL learner (``reward.model=RUN/final``): a Hugging Face
+``AutoModelForSequenceClassification`` directory (``num_labels=1``, ``pad_token_id`` set) plus
+``reward_stats.json`` ``{"mean", "std"}`` of the trained model's rewards over the training responses
+(chosen and rejected), so the learner's rewards are about unit scale. The tokenizer is saved in
+``RUN/final/tokenizer/``, not beside the weights: the learner then scores a trajectory's token ids
+as they are (prompt ids + response ids, EOS included) — exactly the layout trained on here, with the
+prompt encoded as the policy sees it (``data.chat_template`` = the RL run's ``rollout.chat_template``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,13 +32,10 @@ from agentrl.stage_runner import (
     make_tracker,
     model_path_of,
     run_dir_of,
-    save_hf,
     seed_all,
     stage_envs,
     train_loop,
 )
-
-STATS_FILE = "reward_stats.json"
 
 
 def load_score_model(path: str, tokenizer: Any, *, dtype: str = "float32", device: str = "auto",
@@ -111,10 +110,19 @@ def reward_stats(model: Any, pairs: Sequence[PairExample], pad_id: int, micro_ba
             "count": len(scores)}
 
 
-def save_reward_model(model: Any, tokenizer: Any, stats: dict[str, float], out: Path) -> Path:
-    """The reward-model directory: HF model + tokenizer + ``reward_stats.json``."""
-    save_hf(model, tokenizer, out)
-    (out / STATS_FILE).write_text(json.dumps(stats, indent=1))
+def save_rm_dir(model: Any, tokenizer: Any, stats: dict[str, float], out: Path) -> Path:
+    """The reward-model directory (see the module docstring), written aside and then renamed."""
+    import shutil
+
+    from agentrl.reward_model import save_reward_model
+
+    tmp = out.with_name(f".tmp_{out.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_reward_model(model, tmp, tokenizer=None, stats=stats)
+    tokenizer.save_pretrained(str(tmp / "tokenizer"))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
     return out
 
 
@@ -154,7 +162,7 @@ def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     finally:
         tracker.close()
     stats = reward_stats(model, train, pad, mb)
-    final = save_reward_model(model, tok, stats, out / "final") if cfg.checkpoint.save_final else None
+    final = save_rm_dir(model, tok, stats, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_pairs": len(train), "eval_pairs": len(held),
             "before": before, "after": after, "reward_stats": stats,
             "model_dir": str(final) if final else None, "run_dir": str(out)}
