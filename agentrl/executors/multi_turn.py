@@ -11,7 +11,8 @@ re-tokenized, so the learner trains on precisely the tokens the engine sampled.
   ``env.feedback_role``, default ``user``) followed by the generation prompt — the text the chat
   template adds for that message (found by rendering a reference conversation with and without
   it), preceded by whatever part of the assistant turn's closing text (``<|im_end|>\\n``) the
-  policy did not generate itself;
+  policy did not generate itself (a template that does not render a conversation as a prefix of
+  its extension falls back to plain text, with a warning);
 - otherwise as plain text on a line of its own (``"\\n" + observation + "\\n"``).
 
 **Budgets.** A turn may generate ``params.max_new_tokens`` tokens; the whole episode after the
@@ -42,7 +43,8 @@ from agentrl.executors.single_turn import encode_prompt
 from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
-_MARK = "\x00OBSERVATION\x00"
+_MARK = "<<agentrl-observation>>"
+_REPLY = "<<agentrl-reply>>"
 
 
 def clone_env(env: TextEnv) -> TextEnv:
@@ -86,13 +88,13 @@ class ChatFeedback:
     """Renders an observation as the chat template's next message (see the module docstring)."""
 
     def __init__(self, tokenizer: Any, role: str) -> None:
-        base = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+        base = [{"role": "user", "content": "U"}, {"role": "assistant", "content": _REPLY}]
         before = tokenizer.apply_chat_template(base, tokenize=False)
         after = tokenizer.apply_chat_template(base + [{"role": role, "content": _MARK}], tokenize=False,
                                               add_generation_prompt=True)
         if not after.startswith(before) or _MARK not in after:
             raise ValueError("the chat template does not render a conversation as a prefix of its extension")
-        self.turn_end = before[before.rindex("A") + 1:]
+        self.turn_end = before[before.rindex(_REPLY) + len(_REPLY):]
         self.pre, self.post = after[len(before):].split(_MARK)
 
     def text(self, observation: str, action_tail: str) -> str:
@@ -115,7 +117,10 @@ class MultiTurnExecutor:
         self.max_total_tokens = max_total_tokens
         self.chat: ChatFeedback | None = None
         if chat_template and getattr(tokenizer, "chat_template", None):
-            self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
+            try:
+                self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
+            except ValueError as e:
+                log.warning("multi-turn feedback falls back to plain text: %s", e)
 
     def prompt_ids(self, task: Task) -> list[int]:
         """The token ids the policy sees first for ``task`` (the env's rendering of it)."""

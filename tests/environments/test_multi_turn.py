@@ -198,3 +198,15 @@ def test_python_tool_session_is_stateful_and_torn_down() -> None:
     assert "NameError" in obs
     env.close()
     assert tool.session is None
+
+
+def test_chat_template_that_is_not_prefix_stable_falls_back_to_plain_feedback(tok: Any) -> None:
+    import copy
+
+    odd = copy.deepcopy(tok)
+    odd.chat_template = "{{ messages[-1]['content'] }}{% if add_generation_prompt %}>>{% endif %}"
+    env = calc_env()
+    ex = MultiTurnExecutor(env, ScriptedEngine(odd, lambda k, _: CALL), odd, SamplingParams(), chat_template=True)
+    assert ex.chat is None
+    assert odd.decode(ex.feedback_ids("<tool_response>\n9\n</tool_response>", [1])) == \
+        "\n<tool_response>\n9\n</tool_response>\n"

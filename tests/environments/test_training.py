@@ -39,8 +39,8 @@ def test_grpo_on_a_tool_env_runs_three_steps(tmp_path: Path) -> None:
             assert not s.is_action or len(s.logprobs) == len(s.token_ids)
 
 
+@pytest.mark.slow
 def test_grpo_on_mbpp_retry_runs_three_steps(tmp_path: Path) -> None:
-    pytest.importorskip("sandbox")
     cfg = load_config(None, COMMON + [
         "env.id=agentrl/MBPPRetry-v0", "env.kwargs={split: train, limit: 8, retries: 1}",
         "env.eval_kwargs={split: test, limit: 2}", "rollout.max_new_tokens=24"])
