@@ -210,3 +210,18 @@ def test_chat_template_that_is_not_prefix_stable_falls_back_to_plain_feedback(to
     assert ex.chat is None
     assert odd.decode(ex.feedback_ids("<tool_response>\n9\n</tool_response>", [1])) == \
         "\n<tool_response>\n9\n</tool_response>\n"
+
+
+def test_feedback_completes_the_turn_end_the_policy_generated(tok: Any) -> None:
+    """Qwen-style: the policy's EOS is <|im_end|>, so the feedback starts with the rest ("\\n")."""
+    import copy
+
+    qwen = copy.deepcopy(tok)
+    qwen.eos_token = "<|im_end|>"
+    env = calc_env()
+    engine = ScriptedEngine(qwen, lambda k, _: CALL if k == 0 else ANSWER)
+    [traj] = MultiTurnExecutor(env, engine, qwen, SamplingParams(max_new_tokens=64), chat_template=True).run(
+        [env.tasks[0]])
+    text = qwen.decode(traj.response_ids)
+    assert text.startswith(CALL + "<|im_end|>\n<|im_start|>user\n<tool_response>")
+    assert "<|im_end|><|im_end|>" not in text and traj.reward == 1.0
