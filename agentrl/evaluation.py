@@ -92,12 +92,12 @@ def task_results(tasks: list[Task], trajs: list[Trajectory], n: int, dataset: st
     out = []
     for i, task in enumerate(tasks):
         group = trajs[i * n:(i + 1) * n]
-        parsed = all("parsed" in t.info for t in group)
+        parsed = any("parsed" in t.info for t in group)  # a failed episode has none: it does not vote
         out.append(TaskResult(
             task_id=task.id, dataset=dataset, difficulty=difficulty_of(task),
             correct=[sample_correct(t) for t in group], rewards=[float(t.reward) for t in group],
             lengths=[t.num_action_tokens for t in group],
-            answers=[None if t.info["parsed"] is None else str(t.info["parsed"]) for t in group] if parsed else None,
+            answers=[None if t.info.get("parsed") is None else str(t.info["parsed"]) for t in group] if parsed else None,
             responses=[str(t.info.get("response", "")) for t in group]))
     return out
 

@@ -72,6 +72,24 @@ def test_summary_and_tables_by_hand():
     assert set(t["difficulties"]) == {"d1 | 1", "d1 | 2", "d2 | 1"}
 
 
+def test_task_results_group_samples_and_a_failed_episode_does_not_vote():
+    from agentrl.evaluation import task_results
+    from agentrl.types import Segment, Task, Trajectory
+
+    def traj(reward, info):
+        return Trajectory([1], [Segment([2, 3], True, [0.0, 0.0])], reward, "t", 0, info=info)
+
+    task = Task(id="t", prompt="1+1=", answer="2", metadata={"level": 3})
+    trajs = [traj(1.0, {"parsed": "2", "reward_components": {"correct": 1.0}}),
+             traj(0.0, {"failed": True, "error": "boom"}),
+             traj(0.5, {"parsed": "3", "reward_components": {"correct": 0.0, "format": 0.5}})]
+    (r,) = task_results([task], trajs, 3, "d")
+    assert r.difficulty == "3" and r.correct == [True, False, False] and r.answers == ["2", None, "3"]
+    assert summarize([r], [1, 3])["maj@3"] == 1.0
+    with pytest.raises(ValueError):
+        task_results([task], trajs[:2], 3, "d")
+
+
 # ---------------------------------------------------------------------------------- fixed samples
 class ScriptedEngine:
     """Returns, for each prompt, the next of the responses scripted for it (in sampling order)."""
