@@ -9,12 +9,17 @@
   (``data/{split}.jsonl``);
 - anything else is a hub dataset name read with ``datasets.load_dataset(name, subset,
   split=split)``. ``datasets`` is optional and imported only here; ``.parquet`` needs ``pyarrow``.
+
+A malformed JSONL row (not JSON, not an object, not UTF-8) or a truncated ``.jsonl.gz`` tail is
+skipped with a warning that counts them; ``strict=True`` makes it an error naming the line.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ import numpy as np
 from agentrl.env import TextEnv
 from agentrl.types import Task
 
+log = logging.getLogger(__name__)
 DATA_DIR = Path(__file__).resolve().parent / "data"
 FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
@@ -36,18 +42,51 @@ def shipped(name: str) -> Path:
     return path
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file."""
+def _lines(f: Iterable[bytes]) -> Iterator[bytes | None]:
+    """Lines of a binary file; a truncated gzip stream ends with one ``None`` instead of raising."""
+    try:
+        yield from f
+    except EOFError:  # "Compressed file ended before the end-of-stream marker was reached"
+        yield None
+
+
+def jsonl_records(lines: Iterable[bytes | None], where: str, strict: bool = False) -> list[dict[str, Any]]:
+    """JSON objects, one a line; malformed lines are skipped with a counted warning (or raise if strict)."""
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for n, raw in enumerate(lines, 1):
+        try:
+            if raw is None:
+                raise ValueError("the compressed file is truncated")
+            if not raw.strip():
+                continue
+            row = json.loads(raw.decode("utf-8"))
+            if not isinstance(row, dict):
+                raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if strict:
+                raise ValueError(f"{where}, line {n}: malformed row: {e}") from None
+            bad.append(n)
+            continue
+        rows.append(row)
+    if bad:
+        log.warning("%s: skipped %d malformed row(s) of %d (lines %s)", where, len(bad), len(rows) + len(bad),
+                    ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else ""))
+    return rows
+
+
+def read_records(path: str | Path, strict: bool = False) -> list[dict[str, Any]]:
+    """Records of a local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file (see the module docstring)."""
     p = Path(path)
     name = p.name.lower()
     if not p.exists():
         raise FileNotFoundError(f"dataset file {str(p)!r} does not exist")
     if name.endswith(".jsonl.gz"):
-        with gzip.open(p, "rt", encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with gzip.open(p, "rb") as f:
+            return jsonl_records(_lines(f), str(p), strict)
     if name.endswith(".jsonl"):
-        with open(p, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with open(p, "rb") as f:
+            return jsonl_records(f, str(p), strict)
     if name.endswith(".json"):
         data = json.loads(p.read_text(encoding="utf-8"))
         data = data.get("data", data) if isinstance(data, dict) else data
@@ -68,11 +107,12 @@ def is_local(source: str) -> bool:
     return Path(source).exists() or source.lower().endswith(FILE_SUFFIXES)
 
 
-def load_records(source: str, split: str, subset: str | None = None) -> list[dict[str, Any]]:
+def load_records(source: str, split: str, subset: str | None = None, strict: bool = False
+                 ) -> list[dict[str, Any]]:
     """Records of ``split`` from a local file or a hub dataset (see the module docstring)."""
     path = source.replace("{split}", split)
     if is_local(path):
-        return read_records(path)
+        return read_records(path, strict)
     try:
         import datasets
     except ImportError as e:
