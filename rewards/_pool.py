@@ -91,6 +91,7 @@ def _worker_main(conn: Any, progress: Any, plugins: list[str], item_timeout_s: f
             batch = conn.recv()
         except (EOFError, OSError):
             return
+        prestart(wait=True)  # no-op once ready; the helper's start-up never counts as an item's time
         out = []
         for index, name, response, task_dict in batch:
             progress[0], progress[1] = index, time.monotonic()

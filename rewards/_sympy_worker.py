@@ -56,11 +56,13 @@ class SympyWorker:
                     msg = self._read_message(time.monotonic() + timeout_s)
                     if msg is None:
                         self._kill()
+                        self._spawn()  # warm a fresh helper in the background for the next call
                         return None
                     if msg.get("id") == rid:
                         return msg.get("eq")
             except BaseException:
                 self._kill()
+                self._spawn()
                 raise
 
     def start(self, wait: bool = True) -> None:
@@ -126,9 +128,9 @@ _WORKER = SympyWorker()
 atexit.register(_WORKER.close)
 
 
-def prestart() -> None:
-    """Start this process's helper in the background now, so that no item pays for its start-up."""
-    _WORKER.start(wait=False)
+def prestart(wait: bool = False) -> None:
+    """Start this process's helper now (in the background unless ``wait``), ahead of any item."""
+    _WORKER.start(wait=wait)
 
 
 def sympy_equal(pred: str, gold: str, *, timeout_s: float, float_rounding: int = 6) -> bool | None:

@@ -60,16 +60,24 @@ def server():
     proc.wait(10)
 
 
+def post(url: str, **kw) -> httpx.Response:
+    return httpx.post(url, timeout=kw.pop("timeout", 120), **kw)
+
+
+def get(url: str, **kw) -> httpx.Response:
+    return httpx.get(url, timeout=120, **kw)
+
+
 def auth(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
 def test_healthz_and_listing(server):
-    assert httpx.get(server + "/healthz").json()["status"] == "ok"
-    names = httpx.get(server + "/rewards", headers=auth()).json()["rewards"]
+    assert get(server + "/healthz").json()["status"] == "ok"
+    names = get(server + "/rewards", headers=auth()).json()["rewards"]
     assert {"math", "code", "format", "hang", "length_reward"} <= set(names)
-    assert "/score" in httpx.get(server + "/openapi.json").json()["paths"]
-    assert httpx.get(server + "/docs").status_code == 200
+    assert "/score" in get(server + "/openapi.json").json()["paths"]
+    assert get(server + "/docs").status_code == 200
 
 
 def test_openrlhf_protocol_exact_json(server):
@@ -79,7 +87,7 @@ def test_openrlhf_protocol_exact_json(server):
             "prompts": ["<|user|>What is 6*7?<|assistant|>", "<|user|>What is 2+2?<|assistant|>",
                         "<|user|>Half of 3?<|assistant|>"],
             "labels": ["42", "4", "\\frac{3}{2}"]}
-    resp = httpx.post(server + "/get_reward", json=body, headers=auth())
+    resp = post(server + "/get_reward", json=body, headers=auth())
     assert resp.status_code == 200
     out = resp.json()
     assert out["rewards"] == [1.0, 0.0, 1.0] and out["scores"] == [1.0, 0.0, 1.0]
@@ -88,22 +96,22 @@ def test_openrlhf_protocol_exact_json(server):
 
 def test_status_codes(server):
     ok = {"items": [{"response": "5", "label": "5"}]}
-    assert httpx.post(server + "/score", json=ok).status_code == 401
-    assert httpx.post(server + "/score", json=ok, headers=auth("wrong")).status_code == 401
-    assert httpx.post(server + "/score", json=ok, headers=auth()).status_code == 200
-    assert httpx.post(server + "/score", json={"items": 5}, headers=auth()).status_code == 422
-    assert httpx.post(server + "/score", content=b"{not json", headers={**auth(), "content-type": "application/json"}
+    assert post(server + "/score", json=ok).status_code == 401
+    assert post(server + "/score", json=ok, headers=auth("wrong")).status_code == 401
+    assert post(server + "/score", json=ok, headers=auth()).status_code == 200
+    assert post(server + "/score", json={"items": 5}, headers=auth()).status_code == 422
+    assert post(server + "/score", content=b"{not json", headers={**auth(), "content-type": "application/json"}
                       ).status_code == 422
-    assert httpx.post(server + "/get_reward", json={"query": ["a"], "labels": [1, 2]}, headers=auth()).status_code == 422
+    assert post(server + "/get_reward", json={"query": ["a"], "labels": [1, 2]}, headers=auth()).status_code == 422
     big = {"items": [{"response": "x" * 1000, "label": "1"}] * 300}
-    assert httpx.post(server + "/score", json=big, headers=auth()).status_code == 413
+    assert post(server + "/score", json=big, headers=auth()).status_code == 413
 
     def chunks():
         yield b'{"items": ['
         for _ in range(300):
             yield b'{"response": "' + b"x" * 1000 + b'", "label": "1"},'
         yield b'{"response": "1", "label": "1"}]}'
-    streamed = httpx.post(server + "/score", content=chunks(), headers={**auth(), "content-type": "application/json"})
+    streamed = post(server + "/score", content=chunks(), headers={**auth(), "content-type": "application/json"})
     assert streamed.status_code == 413
 
 
@@ -114,7 +122,7 @@ def test_bad_items_get_errors_not_500(server):
              {"response": "1", "label": "1", "reward": "no-such-reward"},
              {"response": ".", "reward": "os.path:exists"}]  # never import what a request names
     t0 = time.monotonic()
-    resp = httpx.post(server + "/score", json={"items": items}, headers=auth(), timeout=60)
+    resp = post(server + "/score", json={"items": items}, headers=auth(), timeout=60)
     assert resp.status_code == 200
     res = resp.json()["results"]
     assert res[0] == {"score": 1.0, "components": {}, "info": {}, "error": None}
@@ -127,7 +135,7 @@ def test_bad_items_get_errors_not_500(server):
     assert "unknown reward" in res[7]["error"]
     assert time.monotonic() - t0 < 60  # two worker restarts (seconds each on a loaded machine)
     # the server is still fine afterwards
-    again = httpx.post(server + "/score", json={"items": [{"response": "7", "label": "7"}]}, headers=auth())
+    again = post(server + "/score", json={"items": [{"response": "7", "label": "7"}]}, headers=auth())
     assert again.json()["results"][0]["score"] == 1.0
 
 
