@@ -169,3 +169,22 @@ def test_keep_last_k_and_atomic_temp_dirs_are_ignored(tmp_path):
     (tmp_path / "checkpoints" / ".tmp_step_000004").mkdir()  # a crash during the next save
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000002", "step_000003"]
     assert load_trainer_state(latest_checkpoint(tmp_path))["x"] == 3
+
+
+@pytest.mark.slow  # starts vLLM
+def test_checkpoint_policy_dir_loads_in_transformers_and_vllm(tmp_path, tiny_arith):
+    pytest.importorskip("vllm")
+    from agentrl.checkpoint import save_checkpoint
+    from agentrl.engines.base import SamplingParams
+    from agentrl.engines.hf import HFEngine
+    from agentrl.engines.vllm import VLLMEngine
+    from agentrl.models import load_causal_lm, load_tokenizer
+
+    model, tok = load_causal_lm(tiny_arith[0], device="cpu"), load_tokenizer(tiny_arith[0])
+    policy = save_checkpoint(tmp_path, 7, model, tok, {}) / "policy"
+    prompts = [tok("12+34=", add_special_tokens=False)["input_ids"], tok("5+6=", add_special_tokens=False)["input_ids"]]
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    want = HFEngine(load_causal_lm(policy, device="cpu"), load_tokenizer(policy)).generate(prompts, greedy)
+    engine = VLLMEngine(policy, seed=0, dtype="float32", max_model_len=256)
+    got = engine.generate(prompts, greedy)
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
