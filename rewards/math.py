@@ -63,7 +63,7 @@ _ANSWER_IS_RE = re.compile(r"(?:answer\s*(?:is|:)|answer\s+is\s*:)\s*(.+?)(?=\.\
 _DOLLAR_RE = re.compile(r"\$\$(.+?)\$\$|\$([^$]+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _NUM_RE = re.compile(r"[-+\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|[-+\u2212]?\.\d+")
 _PROSE_WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
-_HEDGE_RE = re.compile(r"(?<![a-zA-Z])or(?![a-zA-Z])")
+_HEDGE_RE = re.compile(r"(?<![a-zA-Z])or(?![a-zA-Z])|\\(?:lor|vee)(?![a-zA-Z])")  # "41 or 42", "41 \\lor 42"
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ def _extract_uncached(text: str, cfg: MathConfig) -> Extraction:
                 return Extraction(None, "hedged")
         return Extraction(last, "boxed")
     if cfg.hash and "####" in text and (hashes := _HASH_RE.findall(text)):
+        if len({_strip_math(h) for h in hashes}) > 1:  # "#### 41" then "#### 42": two final answers
+            return Extraction(None, "hedged")
         return Extraction(_strip_math(hashes[-1]), "hash")
     if cfg.answer_is and ("nswer" in text or "NSWER" in text) and (said := _ANSWER_IS_RE.findall(text)):
         return Extraction(_strip_math(said[-1]), "answer_is")

@@ -64,7 +64,7 @@ def extract_number(response: str) -> tuple[Fraction | None, str]:
         if not segments:
             continue
         finals = {v for seg in segments for v in [_single_number(seg)] if v is not None}
-        if reason == "boxed" and len(finals) > 1:
+        if reason in ("boxed", "hash") and len(finals) > 1:  # several final answers
             return None, "hedged"
         last = segments[-1]
         if _HEDGE_WORDS.search(last) and len(set(_numbers_in(last))) > 1:
