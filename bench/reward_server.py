@@ -65,7 +65,7 @@ def tree_cpu_seconds(pid: int) -> float:
         try:
             fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick
-            children = open(f"/proc/{p}/task/{p}/children").read().split()
+            children = [c for t in os.listdir(f"/proc/{p}/task") for c in open(f"/proc/{p}/task/{t}/children").read().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue
         stack.extend(int(c) for c in children)
