@@ -50,18 +50,24 @@ class SingleTurnExecutor:
         prompts = [self.prompt_ids(t) for t in tasks]
         flat = [p for p in prompts for _ in range(n)]
         completions = self.engine.generate(flat, params or self.params)
+        texts = self.decode_batch([c.token_ids for c in completions])
         out = []
-        for k, (prompt, comp) in enumerate(zip(flat, completions)):
+        for k, (prompt, comp, text) in enumerate(zip(flat, completions, texts)):
             task = tasks[k // n]
-            out.append(self._episode(task, prompt, comp, group_offset + k // n))
+            out.append(self._episode(task, prompt, comp, group_offset + k // n, text))
         return out
 
     def decode(self, token_ids: list[int]) -> str:
         """Response text for the env: special tokens (the EOS) dropped."""
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
-    def _episode(self, task: Task, prompt: list[int], comp: Completion, group_id: int) -> Trajectory:
-        text = self.decode(comp.token_ids)
+    def decode_batch(self, token_ids: list[list[int]]) -> list[str]:
+        """``decode`` of many responses in one tokenizer call (cheaper than one call each)."""
+        return self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+
+    def _episode(self, task: Task, prompt: list[int], comp: Completion, group_id: int,
+                 text: str | None = None) -> Trajectory:
+        text = self.decode(comp.token_ids) if text is None else text
         info: dict[str, Any] = {"finish_reason": comp.finish_reason, "response": text}
         try:
             self.env.reset(options={"task": task})
