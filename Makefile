@@ -39,6 +39,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow and not gpu" -p no:cacheprovider || test $$? -eq 5  # 5: none marked slow
 
 bench: $(STAMP)
+	@$(BIN)/python -c "import trl, pyinstrument" 2>/dev/null || $(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS),bench]'
 	$(BIN)/python bench/run_all.py
 
 clean:
