@@ -72,6 +72,18 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def calibration_cpu_s() -> float:
+    """CPU seconds for a fixed pure-Python loop (5M additions; ~0.25-0.3 s on an idle core).
+
+    On a shared machine CPU time itself inflates (contended caches, SMT siblings); dividing by this
+    figure's idle value scales the per-item CPU numbers back to an idle machine.
+    """
+    start, total = time.process_time(), 0
+    for i in range(5_000_000):
+        total += i
+    return time.process_time() - start
+
+
 def make_bodies(n_requests: int, batch: int) -> tuple[list[bytes], list[list[float]]]:
     """Encoded ``/score`` bodies and the expected score of each item."""
     rows = [json.loads(line) for line in open(ROOT / "environments" / "data" / "gsm8k_test.jsonl")]
@@ -166,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         bodies, expected = make_bodies(4000, args.batch)
         asyncio.run(load(url, bodies[:20], expected[:20], 4, 1.0))  # warm-up
         print(f"batch={args.batch} items/request, workers={args.workers}, {args.seconds:.0f}s per level")
-        print(f"load average before: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs)")
+        print(f"load average before: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs); "
+              f"calibration loop: {calibration_cpu_s():.2f} CPU s (idle core: ~0.25-0.3)")
         print("| concurrency | items/s | requests | p50 ms | p99 ms | wrong scores | server CPU us/item |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
         for c in args.concurrency:
