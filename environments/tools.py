@@ -119,10 +119,13 @@ def check_arguments(tool: Tool, args: dict[str, Any]) -> None:
             raise ToolCallError(f"argument {k!r} of {tool.name!r} must be of type {props[k]['type']}")
 
 
-def with_tools_prompt(prompt: str | list[Message], tools: list[Tool], template: str = TOOLS_PROMPT) -> list[Message]:
-    """Chat messages with the tools' description (``template`` with ``{schemas}``) in the system
-    message (added or extended)."""
-    text = template.replace("{schemas}", "\n".join(json.dumps(t.schema()) for t in tools))
+def tools_text(tools: list[Tool], template: str = TOOLS_PROMPT) -> str:
+    """The tools' description for the system message: ``template`` with ``{schemas}`` filled in."""
+    return template.replace("{schemas}", "\n".join(json.dumps(t.schema()) for t in tools))
+
+
+def with_tools_prompt(prompt: str | list[Message], text: str) -> list[Message]:
+    """Chat messages with ``text`` (see :func:`tools_text`) in the system message (added or extended)."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
     if messages and messages[0]["role"] == "system":
         messages[0]["content"] = messages[0]["content"] + "\n\n" + text
@@ -141,7 +144,7 @@ class ToolEnv(TextEnv):
         if not tools or len({t.name for t in tools}) != len(tools) or not all(t.name for t in tools):
             raise ValueError("ToolEnv needs at least one tool and unique, non-empty tool names")
         self.inner, self.tools = inner, {t.name: t for t in tools}
-        self.max_tool_calls, self.tools_prompt = max_tool_calls, tools_prompt
+        self.max_tool_calls, self.tools_text = max_tool_calls, tools_text(tools, tools_prompt)
         self.max_turns = max_turns or max_tool_calls + 1
         if self.max_turns < 2:
             raise ValueError("a tool env needs max_turns >= 2")
@@ -152,7 +155,7 @@ class ToolEnv(TextEnv):
 
     def with_tools(self, task: Task) -> Task:
         """The inner task with the tools' description added to its prompt."""
-        return Task(id=task.id, prompt=with_tools_prompt(task.prompt, list(self.tools.values()), self.tools_prompt),
+        return Task(id=task.id, prompt=with_tools_prompt(task.prompt, self.tools_text),
                     answer=task.answer, metadata={**task.metadata, "tools": sorted(self.tools)})
 
     def sample_task(self, rng: np.random.Generator) -> Task:
