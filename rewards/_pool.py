@@ -27,6 +27,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.types import Task
+from rewards.registry import get_reward
+
 STARTUP_TIMEOUT_S = 120.0
 Item = tuple[str, str, dict[str, Any]]
 """``(reward_name, response, task_dict)``."""
@@ -57,9 +60,6 @@ def _jsonable(value: Any) -> Any:
 
 def score_item(name: str, response: str, task_dict: dict[str, Any]) -> dict[str, Any]:
     """Score one item in this process (no time limit); errors become the item's ``error``."""
-    from agentrl.types import Task
-    from rewards.registry import get_reward
-
     try:
         out = get_reward(name, allow_import=False)(response, Task.from_dict(task_dict))
         return {"score": float(out.score), "components": {k: float(v) for k, v in out.components.items()},
