@@ -133,10 +133,15 @@ def run_dpo(cfg: DPOConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     del ref
     tracker = make_tracker(out, cfg)
 
+    evals: dict[int, dict[str, float]] = {}
+
     def evaluate_now(step: int) -> dict[str, float]:
+        if step in evals:
+            return evals[step]
         m = {f"eval/{k}": v for k, v in evaluate_dpo(model, held_s, pad, cfg).items()}
         tracker.log(step, m)
         tracker.print(f"dpo step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
+        evals[step] = m
         return m
 
     def save(step: int, state: dict[str, Any]) -> None:
@@ -145,7 +150,7 @@ def run_dpo(cfg: DPOConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     try:
         before = evaluate_now(0)
         result = train_loop(model, train_s, cfg.optim, dpo_micro_loss(model, pad, cfg),
-                            on_eval=lambda s: bool(evaluate_now(s)) and False,
+                            on_eval=evaluate_now,
                             on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
                             on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
         after = evaluate_now(result.steps)

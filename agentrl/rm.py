@@ -143,10 +143,15 @@ def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     pad, mb = tok.pad_token_id, cfg.optim.micro_batch_size
     tracker = make_tracker(out, cfg)
 
+    evals: dict[int, dict[str, float]] = {}
+
     def evaluate_now(step: int) -> dict[str, float]:
+        if step in evals:
+            return evals[step]
         m = {f"eval/{k}": v for k, v in evaluate_pairs(model, held, pad, cfg.rm.loss, mb).items()} if held else {}
         tracker.log(step, m)
         tracker.print(f"rm step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
+        evals[step] = m
         return m
 
     def save(step: int, state: dict[str, Any]) -> None:
@@ -155,7 +160,7 @@ def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     try:
         before = evaluate_now(0)
         result = train_loop(model, train, cfg.optim, rm_micro_loss(model, pad, cfg.rm.loss, cfg.rm.margin),
-                            on_eval=lambda s: bool(evaluate_now(s)) and False,
+                            on_eval=evaluate_now,
                             on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
                             on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
         after = evaluate_now(result.steps)

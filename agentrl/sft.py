@@ -188,7 +188,7 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
             best.update(acc=acc, state=copy.deepcopy(model.state_dict()), stale=0)
         else:
             best["stale"] += 1
-        return acc >= target_accuracy or best["stale"] >= patience
+        return bool(acc >= target_accuracy or best["stale"] >= patience)
 
     result = train_loop(model, list(pairs), optim, sft_micro_loss(model, pad_id), on_eval=on_eval,
                         on_log=on_log, seed=seed)
@@ -232,12 +232,17 @@ def run_sft(cfg: SFTConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     test_env = make_env(RunConfig(env=cfg.env), cfg.env.eval_kwargs) if cfg.sft.greedy_eval_tasks else None
     tracker = make_tracker(out, cfg)
 
+    evals: dict[int, dict[str, float]] = {}
+
     def evaluate_now(step: int) -> dict[str, float]:
+        if step in evals:
+            return evals[step]
         m = {"eval/loss": eval_loss(model, held, tok.pad_token_id, cfg.optim.micro_batch_size)} if held else {}
         if test_env is not None:
             m["eval/greedy_accuracy"] = greedy_accuracy(cfg, model, tok, test_env, cfg.sft.greedy_eval_tasks)
         tracker.log(step, m)
         tracker.print(f"sft step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
+        evals[step] = m
         return m
 
     def save(step: int, state: dict[str, Any]) -> None:
@@ -247,7 +252,7 @@ def run_sft(cfg: SFTConfig, run_dir: str | Path | None = None) -> dict[str, Any]
         before = evaluate_now(0)
         result = train_loop(model, train, cfg.optim,
                             sft_micro_loss(model, tok.pad_token_id, cfg.sft.packing, cfg.sft.pack_length),
-                            on_eval=lambda s: bool(evaluate_now(s)) and False,
+                            on_eval=evaluate_now,
                             on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
                             on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
         after = evaluate_now(result.steps)

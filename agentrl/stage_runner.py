@@ -77,12 +77,12 @@ def batches(n: int, batch_size: int, rng: np.random.Generator):
 
 
 def train_loop(model: Any, items: Sequence[Any], optim: OptimConfig, micro_loss: MicroLoss, *,
-               on_eval: Callable[[int], bool] | None = None,
+               on_eval: Callable[[int], Any] | None = None,
                on_log: Callable[[int, dict[str, float]], None] | None = None,
                on_save: Callable[[int, dict[str, Any]], None] | None = None, save_every: int = 0,
                seed: int = 0) -> LoopResult:
     """``optim.max_steps`` optimizer steps over ``items``; ``on_eval(step)`` every ``optim.eval_every``
-    steps may return True to stop; ``on_save(step, state)`` every ``save_every`` steps gets the optimizer
+    steps (the last included) stops the loop by returning ``True``; ``on_save(step, state)`` every ``save_every`` steps gets the optimizer
     and scheduler states. Metrics of each step: the micro-batches' sums, grad norm, lr."""
     if not items:
         raise ValueError("no training examples (all empty or truncated away?)")
@@ -108,13 +108,13 @@ def train_loop(model: Any, items: Sequence[Any], optim: OptimConfig, micro_loss:
             on_log(step, metrics)
         if on_save is not None and save_every and step % save_every == 0:
             on_save(step, {"optimizer": opt.state_dict(), "scheduler": sched.state_dict()})
+        if on_eval is not None and optim.eval_every and step % optim.eval_every == 0:
+            if on_eval(step) is True:
+                break
+            model.train()
         out_of_time = bool(optim.max_seconds) and time.perf_counter() - start > optim.max_seconds
         if step >= optim.max_steps or out_of_time:
             break
-        if on_eval is not None and optim.eval_every and step % optim.eval_every == 0:
-            if on_eval(step):
-                break
-            model.train()
     return LoopResult(step, time.perf_counter() - start, metrics)
 
 

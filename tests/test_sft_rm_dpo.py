@@ -269,3 +269,19 @@ def test_dpo_cli_increases_the_held_out_margin(sft_run, tmp_path, capsys):
     assert after["eval/margin"] > 0.5 and after["eval/accuracy"] >= 0.8
     assert after["eval/logp_margin"] > before["eval/logp_margin"]
     assert (tmp_path / "final" / "config.json").exists()
+
+
+def test_cpu_demo_warm_start_runs_through_this_trainer(tiny_arith):
+    from agentrl.components import load_policy, make_env, warm_start
+
+    path, _ = tiny_arith
+    cfg = load_config(CONFIGS / "cpu_demo.yaml", [
+        "model.warm_start.examples=64", "model.warm_start.max_steps=20", "model.warm_start.batch_size=32",
+        "model.warm_start.eval_every=10", "model.warm_start.eval_tasks=20", "model.warm_start.cache=false",
+        "model.device=cpu"])
+    model, tok = load_policy(cfg, str(path))
+    lines: list[str] = []
+    out = warm_start(cfg, model, tok, str(path), make_env(cfg), make_env(cfg, cfg.env.dev_kwargs), log=lines.append)
+    assert out["steps"] == 20 and 0.0 <= out["dev_accuracy"] <= 1.0
+    assert [line.split(":")[0] for line in lines if "dev accuracy" in line][:2] == [
+        "warm start step 10", "warm start step 20"]  # the last step is evaluated too
