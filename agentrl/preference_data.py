@@ -5,7 +5,8 @@ Record forms (JSON objects; the keys are configurable in ``data.*_key``):
 - SFT, prompt/response: ``{"prompt": str | messages, "response": str}`` — the loss is on the
   response (plus the EOS the policy must learn to emit).
 - SFT, chat: ``{"messages": [{"role", "content"}, ...]}`` — rendered with the chat template; the
-  loss is on every assistant message (template tokens of that turn included).
+  loss is on every assistant message (template tokens of that turn included); a chat longer than
+  ``data.max_length`` is dropped (prompt/response records are cut on the right instead).
 - Preference: ``{"prompt": str | messages, "chosen": str | messages, "rejected": str | messages,
   "margin": float (optional)}``. A messages-valued ``chosen`` ends with the assistant's message;
   without ``prompt`` the messages before it are the prompt.
@@ -155,8 +156,8 @@ def _truncate(prompt: list[int], response: list[int], max_length: int) -> list[i
 def encode_sft(record: dict[str, Any], tokenizer: Any, data: Any) -> Trajectory | None:
     """An SFT record as a Trajectory (loss segments = response); None when truncated to nothing."""
     if data.messages_key in record:
-        traj = encode_chat(tokenizer, record[data.messages_key])
-        return traj if len(traj.prompt_ids) < data.max_length else None
+        traj = encode_chat(tokenizer, record[data.messages_key])  # a chat is kept whole or dropped
+        return traj if len(traj.prompt_ids) + len(traj.response_ids) <= data.max_length else None
     prompt, response = _prompt_and_response(record.get(data.prompt_key), record[data.response_key])
     p = encode_prompt(tokenizer, prompt, data.chat_template)
     r = _truncate(p, _ids(tokenizer, response) + [tokenizer.eos_token_id], data.max_length)

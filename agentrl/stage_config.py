@@ -124,7 +124,7 @@ class SFTConfig:
     """Optimisation."""
     sft: SFTSection = field(default_factory=SFTSection)
     """SFT options."""
-    log: LogConfig = field(default_factory=lambda: LogConfig(name="sft"))
+    log: LogConfig = field(default_factory=lambda: LogConfig(name="sft", progress=False))
     """Metrics."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints (the final model goes to ``RUN/final``)."""
@@ -142,7 +142,7 @@ class RMConfig:
     """Optimisation."""
     rm: RMSection = field(default_factory=RMSection)
     """Reward-model options."""
-    log: LogConfig = field(default_factory=lambda: LogConfig(name="rm"))
+    log: LogConfig = field(default_factory=lambda: LogConfig(name="rm", progress=False))
     """Metrics."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints (the final reward model goes to ``RUN/final``)."""
@@ -164,7 +164,7 @@ class DPOConfig:
     """Optimisation."""
     dpo: DPOSection = field(default_factory=DPOSection)
     """DPO options."""
-    log: LogConfig = field(default_factory=lambda: LogConfig(name="dpo"))
+    log: LogConfig = field(default_factory=lambda: LogConfig(name="dpo", progress=False))
     """Metrics."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints (the final policy goes to ``RUN/final``)."""

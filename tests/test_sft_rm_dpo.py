@@ -285,3 +285,29 @@ def test_cpu_demo_warm_start_runs_through_this_trainer(tiny_arith):
     assert out["steps"] == 20 and 0.0 <= out["dev_accuracy"] <= 1.0
     assert [line.split(":")[0] for line in lines if "dev accuracy" in line][:2] == [
         "warm start step 10", "warm start step 20"]  # the last step is evaluated too
+
+
+def test_sft_cli_on_chat_jsonl_with_packing(tmp_path, tiny_arith):
+    from agentrl.cli import main
+    from agentrl.tracking import read_metrics
+
+    path, _ = tiny_arith
+    rng = np.random.default_rng(0)
+    chats = []
+    for _ in range(24):
+        a, b, c = (int(x) for x in rng.integers(0, 50, 3))
+        chats.append({"messages": [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": str(a + b)},
+                                   {"role": "user", "content": f"{c}+1="}, {"role": "assistant", "content": str(c + 1)}]})
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in chats))
+    rc = main(["sft", str(CONFIGS / "sft_tiny.yaml"), f"model.path={path}", f"data.train={data}",
+               "data.eval_fraction=0.25", "data.chat_template=true", "sft.packing=true", "sft.pack_length=128",
+               "sft.greedy_eval_tasks=0", "optim.max_steps=6", "optim.batch_size=8", "optim.micro_batch_size=4",
+               "optim.eval_every=3", "checkpoint.every=3", *QUIET, "--run-dir", str(tmp_path / "run")])
+    assert rc == 0
+    rows = read_metrics(tmp_path / "run")
+    losses = [r["eval/loss"] for r in rows if "eval/loss" in r]
+    assert [r["step"] for r in rows if "eval/loss" in r] == [0, 3, 6] and losses[-1] < losses[0]
+    assert all(r["train/rows"] < 8 for r in rows if "train/rows" in r)  # packed: fewer rows than examples
+    assert (tmp_path / "run" / "final" / "config.json").exists()
+    assert (tmp_path / "run" / "checkpoints" / "step_000006" / "policy" / "config.json").exists()
