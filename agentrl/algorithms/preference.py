@@ -36,7 +36,9 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
     """DPO (or IPO) loss from summed sequence log-probs, each (B,).
 
     ``logits = (pi_c - ref_c) - (pi_r - ref_r)``; DPO: ``-(1-eps) log s(beta x) - eps log s(-beta x)``;
-    IPO: ``(x - 1/(2 beta))^2``. Returns the mean loss and the implicit rewards/margins.
+    IPO: ``(x - 1/(2 beta))^2`` (IPO's paper uses per-token mean log-probs; ``agentrl dpo`` passes
+    those when ``dpo.ipo`` is set). Returns the mean loss and metrics: implicit rewards
+    ``beta * log-ratio`` of chosen and rejected, their margin, and the share of pairs with ``x > 0``.
     """
     chosen_ratio = policy_chosen - ref_chosen
     rejected_ratio = policy_rejected - ref_rejected
