@@ -221,9 +221,11 @@ class WorkerPool:
         results: list[bytes | None] = [None] * len(items)
         pending = list(range(len(items)))
         while pending:
-            if not worker.proc.is_alive():  # died while idle
+            try:
+                worker.conn.send([(i, *items[i]) for i in pending])
+            except OSError:  # died while idle
                 worker = await self._restart(worker)
-            worker.conn.send([(i, *items[i]) for i in pending])
+                continue
             failure = await self._collect(worker, results)
             if failure is not None:
                 stuck, why = failure
@@ -237,17 +239,19 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         limit = self.item_timeout_s + self.grace_s
         fd = worker.conn.fileno()
-        while not worker.conn.poll(0):
+        while True:  # (multiprocessing's own poll() builds a selector per call: too slow here)
             ready = loop.create_future()
             loop.add_reader(fd, _set_done, ready)
             try:
                 await asyncio.wait([ready], timeout=0.2)
             finally:
                 loop.remove_reader(fd)
+            if ready.done():
+                break
             current, started = worker.progress[0], worker.progress[1]
-            if not ready.done() and not worker.proc.is_alive():
+            if not worker.proc.is_alive():
                 return int(current), f"worker crashed (exit code {worker.proc.exitcode})"
-            if not ready.done() and current >= 0 and time.monotonic() - started > limit:
+            if current >= 0 and time.monotonic() - started > limit:
                 return int(current), f"timeout: worker killed after {limit:.1f}s"
         try:
             for index, result in worker.conn.recv():
