@@ -112,6 +112,22 @@ def test_hub_names_load_through_datasets_lazily(monkeypatch):
     assert calls == [("someone/prefs", "train_prefs")]
 
 
+def test_parquet_needs_pyarrow_and_reads_rows(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    path = tmp_path / "d.parquet"
+    path.write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match="needs pyarrow"):
+        load_records(str(path))
+    table = types.SimpleNamespace(to_pylist=lambda: [{"prompt": "1+1=", "response": "2"}])
+    pq = types.SimpleNamespace(read_table=lambda p: table)
+    monkeypatch.setitem(sys.modules, "pyarrow", types.SimpleNamespace(parquet=pq))
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", pq)
+    assert load_records(str(path)) == [{"prompt": "1+1=", "response": "2"}]
+
+
 def test_env_made_pairs_are_right_against_wrong(tiny):
     from agentrl.evaluation import fixed_tasks
 
