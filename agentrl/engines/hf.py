@@ -39,7 +39,7 @@ class HFEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    @torch.no_grad()
+    @torch.inference_mode()  # cheaper per op than no_grad (no version counters); nothing here is trained on
     def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         out: list[Completion] = []
         if params.seed is not None:
