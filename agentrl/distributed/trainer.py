@@ -115,7 +115,17 @@ class RayTrainer(Trainer):
         self.groups = []
 
     def fit(self) -> dict[str, Any]:
+        """``Trainer.fit`` over the actors; an actor that dies stops the run with a message naming the last
+        checkpoint and how to resume (Ray does not restart our actors: their state is the run's)."""
+        import ray
+
         try:
             return super().fit()
+        except ray.exceptions.RayActorError as e:
+            last = ckpt.latest_checkpoint(self.run_dir)
+            where = f"the last checkpoint is {last.name}" if last else "no checkpoint yet (set checkpoint.every)"
+            reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise RuntimeError(f"a Ray actor died at step {self.step_idx + 1} ({reason}); {where}; resume with: "
+                               f"agentrl train CONFIG --resume {self.run_dir}") from e
         finally:
             self.shutdown()

@@ -86,8 +86,8 @@ def test_wrk_60s_at_concurrency_64_no_errors_no_lost_items_memory_flat(tmp_path)
     script.write_text(WRK_LUA)
     with reward_server("--workers", "2") as (url, proc):
         # warm both workers (a worker's first job waits for its sympy helper) so latency is steady-state
-        warm = [{"response": "\\boxed{1}", "label": "1"}] * 16
-        assert httpx.post(url + "/score", json={"items": warm}, timeout=120).status_code == 200
+        first = [{"response": "\\boxed{1}", "label": "1"}] * 16
+        assert httpx.post(url + "/score", json={"items": first}, timeout=120).status_code == 200
         cmd = [wrk, "-t2", "-c64", "-d60s", "--timeout", "30s", "-s", str(script), url]
         rss: list[tuple[float, int]] = []
         run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
