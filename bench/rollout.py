@@ -99,10 +99,10 @@ def multi_turn(env_id: str, policy: str, episodes: int, reps: int) -> dict[str, 
     from agentrl.evaluation import fixed_tasks
     from agentrl.executors.multi_turn import MultiTurnExecutor
 
-    cfg, _, (model, tok), _ = setup(48)
+    cfg, _, (model, tok), _ = setup(32)
     env = agentrl.make(env_id, split="test")
     tasks = fixed_tasks(env, episodes, 3)
-    params = SamplingParams(max_new_tokens=48, temperature=1.0, seed=1)
+    params = SamplingParams(max_new_tokens=128 if policy == "scripted" else 32, temperature=1.0, seed=1)
     if policy == "scripted":
         tool = "calculator" if "Calculator" in env_id else "python"
         arg = '{"expression": "16 - 3 - 4"}' if tool == "calculator" else '{"code": "print(16 - 3 - 4)"}'
@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         single.append(single_turn("short", "vllm", max(3, args.reps // 2)))
     multi = [] if args.no_multi_turn else [
         multi_turn("agentrl/CalculatorMath-v0", "scripted", 64, args.reps),
-        multi_turn("agentrl/PythonToolMath-v0", "scripted", 16, max(3, args.reps // 2)),
-        multi_turn("agentrl/CalculatorMath-v0", "tiny-model", 64, max(3, args.reps // 2)),
+        multi_turn("agentrl/PythonToolMath-v0", "scripted", 16, 3),
+        multi_turn("agentrl/CalculatorMath-v0", "tiny-model", 8, 3),
     ]
     print_tables(single, multi)
     if args.json:

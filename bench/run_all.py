@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ORDER = ["train_step", "rollout", "env", "verifier", "reward_server", "sandbox"]
 QUICK = {
-    "train_step": ["--steps", "5", "--warmup", "2"],
+    "train_step": ["--steps", "4", "--warmup", "1"],
     "rollout": ["--reps", "5"],
     "env": ["--seconds", "1.5"],
     "verifier": ["--limit", "200"],

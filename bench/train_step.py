@@ -114,14 +114,20 @@ def trl_trainer(s: Setting, trainer: Any, steps: int, out_dir: str, callback: An
                        processing_class=tok, callbacks=[callback])
 
 
-def interleaved(s: Setting, steps: int, warmup: int) -> dict[str, Any]:
-    """Run TRL's train loop with one agentrl ``Trainer.step()`` after each TRL step."""
+def interleaved(s: Setting, steps: int, warmup: int, ablate: bool = False) -> dict[str, Any]:
+    """Run TRL's train loop with one agentrl ``Trainer.step()`` after each TRL step (and, with
+    ``ablate``, one step of an agentrl without shared prompts in the engine and the learner)."""
     from transformers import TrainerCallback
 
     times: dict[str, list[float]] = {"agentrl": [], "trl": []}
     stages: dict[str, list[float]] = {}
     tmp = tempfile.mkdtemp(prefix="bench_train_step_")
     ours = agentrl_trainer(s, str(Path(tmp) / "agentrl"))
+    plain = None
+    if ablate:
+        plain = agentrl_trainer(s, str(Path(tmp) / "plain"), ["learner.shared_prefix=false"])
+        plain.engine.share_prompts = False
+        times["plain"] = []
 
     class AB(TrainerCallback):
         mark = 0.0
@@ -138,6 +144,10 @@ def interleaved(s: Setting, steps: int, warmup: int) -> dict[str, Any]:
                 for key, v in m.items():
                     if key.startswith("time/"):
                         stages.setdefault(key[5:], []).append(v)
+            if plain is not None:
+                t0 = time.perf_counter()
+                plain.step()
+                times["plain"].append(time.perf_counter() - t0)
             AB.mark = time.perf_counter()
 
     theirs = trl_trainer(s, ours, steps + warmup, str(Path(tmp) / "trl"), AB())
@@ -147,8 +157,8 @@ def interleaved(s: Setting, steps: int, warmup: int) -> dict[str, Any]:
     return {"config": s.name, "samples": n, "max_new_tokens": s.max_new_tokens, "steps": len(times["trl"]) - warmup,
             "trl_s": med["trl"], "agentrl_s": med["agentrl"], "trl_sps": n / med["trl"],
             "agentrl_sps": n / med["agentrl"], "ratio": med["trl"] / med["agentrl"],
-            "stages": {k: statistics.median(v) for k, v in stages.items()},
-            "raw": times}
+            "plain_s": med.get("plain"), "stages": {k: statistics.median(v) for k, v in stages.items()},
+            "raw": times, "trainer": ours}
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -157,6 +167,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         print(f"| {r['config']} ({r['samples']} x {r['max_new_tokens']} tok) | {r['samples']} | {r['trl_s']:.3f} | "
               f"{r['agentrl_s']:.3f} | {r['trl_sps']:.0f} | {r['agentrl_sps']:.0f} | {r['ratio']:.2f}x |")
+        if r["plain_s"]:
+            n = r["samples"]
+            print(f"| {r['config']}, agentrl without shared prompts | {n} | {r['trl_s']:.3f} | {r['plain_s']:.3f} | "
+                  f"{r['trl_sps']:.0f} | {n / r['plain_s']:.0f} | {r['trl_s'] / r['plain_s']:.2f}x |")
     print()
     keys = [k for k in ("tasks", "generate", "reward", "experience", "reference", "advantages", "update", "sync",
                         "step") if any(k in r["stages"] for r in rows)]
@@ -172,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=8, help="measured steps per side (after warm-up)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--ablate", action="store_true", help="a third arm: agentrl without shared prompts")
+    ap.add_argument("--profile", help="profile 3 more agentrl steps per config (pyinstrument); text to this file")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if args.threads:
@@ -179,13 +195,28 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    rows = [interleaved(SETTINGS[c], args.steps, args.warmup) for c in args.configs]
+    rows = [interleaved(SETTINGS[c], args.steps, args.warmup, args.ablate) for c in args.configs]
+    if args.profile:
+        Path(args.profile).write_text("\n".join(profile(r["config"], r.pop("trainer")) for r in rows))
     print(f"torch threads: {torch.get_num_threads()}; medians of {args.steps} steps after {args.warmup} warm-up, "
           "A/B interleaved in one process")
     print_table(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps([{k: v for k, v in r.items() if k != "trainer"} for r in rows], indent=1))
     return 0
+
+
+def profile(name: str, trainer: Any, steps: int = 3) -> str:
+    """pyinstrument's call tree of ``steps`` agentrl steps (frames under 2% of the time hidden)."""
+    from pyinstrument import Profiler
+
+    prof = Profiler(interval=0.001)
+    prof.start()
+    for _ in range(steps):
+        trainer.step()
+    prof.stop()
+    return f"## {name}: {steps} agentrl steps\n" + prof.output_text(unicode=False, color=False, show_all=False,
+                                                                     time="percent_of_total")
 
 
 if __name__ == "__main__":
