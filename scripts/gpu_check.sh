@@ -24,7 +24,7 @@ assert not missing, f"not installed: {missing}"
 print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())
 EOF
 
-timeout 840 "$PY" - <<'EOF'
+timeout 780 "$PY" - <<'EOF'
 import math, os, sys, time
 import torch
 
@@ -57,10 +57,16 @@ name, t0 = "zero3-cuda", time.perf_counter()
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_PORT="29533")
 from agentrl.strategies import make_strategy
 from agentrl.strategies.learner import ShardedPolicyLearner
-sys.path.insert(0, "tests/distributed")
-from test_equivalence import fixed_batch
+from agentrl.experience import Experience
 ref_model = load_causal_lm(path, device="cuda")
-exp = fixed_batch(ref_model.config.vocab_size).to("cuda")
+g = torch.Generator().manual_seed(0)
+attn = torch.tensor([[1] * n + [0] * (12 - n) for n in (7, 12, 9, 11, 8, 10, 12)])
+amask = torch.zeros(7, 11)
+for b, n in enumerate(attn.sum(-1).tolist()):
+    amask[b, 3:n - 1] = 1
+seq = torch.randint(3, ref_model.config.vocab_size, (7, 12), generator=g) * attn
+exp = Experience(sequences=seq, attention_mask=attn, action_mask=amask, rewards=torch.zeros(7),
+                 group_ids=torch.arange(7), advantages=torch.randn(7, 11, generator=g) * amask).to("cuda")
 cfg3 = load_config(None, TINY + ["learner.micro_batch_size=2", "learner.mini_batch_size=4", "learner.lr=1e-2"])
 want = PolicyLearner(ref_model, cfg3.learner, cfg3.algo).train_step(exp)
 strategy = make_strategy("deepspeed", zero_stage=3, grad_clip=cfg3.learner.grad_clip, dtype="float32")

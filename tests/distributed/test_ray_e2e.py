@@ -67,6 +67,17 @@ def test_ppo_zero2_critic_reference_reward_model_vllm(ray_cluster, ray_cfg, half
         assert len(trainer.learner.group.actors) == 2
         history = run_three_steps(trainer)
         assert all(math.isfinite(m["critic/value_loss"]) for m in history)
+        # checkpoints keep the single-process format: an HF policy dir (rank 0's weights) + the state,
+        # whose optimizer entry holds every rank's (ZeRO-partitioned) optimizer state
+        from agentrl.checkpoint import load_trainer_state
+        from agentrl.models import load_causal_lm
+
+        path = trainer.save()
+        state = load_trainer_state(path)
+        assert len(state["optimizer"]) == 2 and state["critic"] is not None
+        saved = dict(load_causal_lm(path / "policy", device="cpu").named_parameters())
+        for name, p in trainer.model.named_parameters():
+            torch.testing.assert_close(saved[name], p)
         print("ppo zero2 sync s:", [round(m["time/sync"], 3) for m in history],
               "step s:", [round(m["time/step"], 2) for m in history])
     finally:
