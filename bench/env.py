@@ -6,7 +6,8 @@ For each env: a fixed set of tasks (test split where there is one), then ``reset
 followed by ``step(response)`` in a loop for about ``--seconds`` seconds, once with the env's
 reference answer (must score 1.0) and once with a wrong one (must score 0.0). Code envs
 (HumanEval, MBPP) run the candidate's tests through the sandbox (``sandbox``, local backend),
-which dominates their cost. Single-threaded, in this process.
+which dominates their cost. Single-threaded, in this process. Fast envs cycle through their tasks
+more than once in ``--seconds``; verifier caches then serve repeats, as they would in training.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", nargs="+", default=list(ENVS))
     ap.add_argument("--seconds", type=float, default=2.0, help="per env and answer kind")
-    ap.add_argument("--tasks", type=int, default=64)
+    ap.add_argument("--tasks", type=int, default=1000, help="distinct tasks (fewer when the dataset is smaller)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     from agentrl.env import list_envs
