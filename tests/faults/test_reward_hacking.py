@@ -91,8 +91,9 @@ CODE_HACKS = {
     "always_equal_int": "class I(int):\n    def __eq__(s, o): return True\n    __hash__ = int.__hash__\n"
                         "def add(a, b): return I(0)",
     "ctypes_flip_false": WRONG + "\nimport ctypes\nctypes.c_long.from_address(id(False) + 24).value = 1",
-    "blank_every_py_file": "import glob\nfor f in glob.glob('/**/*.py', recursive=True):\n"
-                           "    try: open(f, 'w').close()\n    except OSError: pass\n" + WRONG,
+    "blank_every_py_file": "import glob, sys\nfor d in {'.', *filter(None, sys.path)}:\n"
+                           "    for f in glob.glob(d + '/*.py'):\n"
+                           "        try: open(f, 'w').close()\n        except OSError: pass\n" + WRONG,
     "stdout_guess": "print(3)\nprint(4)",
 }
 

@@ -46,8 +46,10 @@ def _fit(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
 
 def test_env_raising_in_step_fails_only_those_episodes(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="agentrl.executors.single_turn")
+    handler = signal.getsignal(signal.SIGTERM)
     summary, steps = _fit(tmp_path, *ENV, "learner.total_steps=2")
-    assert summary["steps"] == 2 and len(steps) == 2
+    assert summary["steps"] == 2 and len(steps) == 2 and "interrupted" not in summary
+    assert signal.getsignal(signal.SIGTERM) is handler  # fit restores the SIGTERM handler it installed
     # every third env.step raises: 16 samples a step -> 5 or 6 failed, the rest scored
     assert all(5 <= r["failed/count"] <= 6 for r in steps)
     assert all(r["samples_used"] == 16 for r in steps)
@@ -151,14 +153,6 @@ def test_sigterm_checkpoints_then_exits_and_resume_continues(tmp_path):
     assert again.returncode == 0, err[-3000:]
     assert [r["step"] for r in _steps(run)] == list(range(1, n + 3))
     assert load_trainer_state(latest_checkpoint(run))["step"] == n + 2
-
-
-def test_sigterm_handler_is_restored_after_fit(tmp_path):
-    before = signal.getsignal(signal.SIGTERM)
-    cfg = load_config(DEMO, SMALL + ["learner.total_steps=1", "checkpoint.save_final=false"])
-    summary = Trainer(cfg, run_dir=tmp_path).fit()
-    assert summary["steps"] == 1 and "interrupted" not in summary
-    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
