@@ -91,9 +91,13 @@ CODE_HACKS = {
     "always_equal_int": "class I(int):\n    def __eq__(s, o): return True\n    __hash__ = int.__hash__\n"
                         "def add(a, b): return I(0)",
     "ctypes_flip_false": WRONG + "\nimport ctypes\nctypes.c_long.from_address(id(False) + 24).value = 1",
-    "blank_every_py_file": "import glob, sys\nfor d in {'.', *filter(None, sys.path)}:\n"
-                           "    for f in glob.glob(d + '/*.py'):\n"
-                           "        try: open(f, 'w').close()\n        except OSError: pass\n" + WRONG,
+    # only the job's private work dir: a sandbox without filesystem isolation must not lose real files
+    "blank_work_dir_files": "import glob\nfor f in glob.glob('**', recursive=True):\n"
+                            "    try: open(f, 'w').close()\n    except OSError: pass\n" + WRONG,
+    "patch_harness_module": "import sys\nfor m in list(sys.modules.values()):\n"
+                            "    if 'harness' in getattr(m, '__name__', ''):\n"
+                            "        for k in list(vars(m)):\n"
+                            "            if not k.startswith('__'): setattr(m, k, lambda *a, **k: None)\n" + WRONG,
     "stdout_guess": "print(3)\nprint(4)",
 }
 
