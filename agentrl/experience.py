@@ -44,22 +44,26 @@ class Experience:
             raise ValueError("cannot build an Experience from zero trajectories")
         rows = [t.prompt_ids + t.response_ids for t in trajectories]
         T = max(len(r) for r in rows)
-        B = len(rows)
-        seq = torch.full((B, T), pad_token_id, dtype=torch.long)
-        attn = torch.zeros((B, T), dtype=torch.long)
-        amask = torch.zeros((B, T - 1), dtype=torch.float32)
-        elp = torch.zeros((B, T - 1), dtype=torch.float32)
-        for b, (traj, row) in enumerate(zip(trajectories, rows)):
-            seq[b, :len(row)] = torch.tensor(row, dtype=torch.long)
-            attn[b, :len(row)] = 1
+        lens = torch.tensor([len(r) for r in rows])
+        seq = torch.tensor([r + [pad_token_id] * (T - len(r)) for r in rows], dtype=torch.long)
+        attn = (torch.arange(T)[None] < lens[:, None]).long()
+        amask_rows, elp_rows = [], []  # built as lists: one tensor per batch, not one per segment
+        for traj in trajectories:
+            am, lp = [0.0] * (T - 1), [0.0] * (T - 1)
             pos = len(traj.prompt_ids)
             for s in traj.segments:
                 n = len(s.token_ids)
                 if s.is_action and n:
-                    amask[b, pos - 1:pos - 1 + n] = 1.0
+                    am[pos - 1:pos - 1 + n] = [1.0] * n
                     if s.logprobs:
-                        elp[b, pos - 1:pos - 1 + n] = torch.tensor(s.logprobs, dtype=torch.float32)
+                        if len(s.logprobs) != n:
+                            raise ValueError(f"a segment has {n} tokens but {len(s.logprobs)} log-probs")
+                        lp[pos - 1:pos - 1 + n] = s.logprobs
                 pos += n
+            amask_rows.append(am)
+            elp_rows.append(lp)
+        amask = torch.tensor(amask_rows, dtype=torch.float32).reshape(len(rows), T - 1)
+        elp = torch.tensor(elp_rows, dtype=torch.float32).reshape(len(rows), T - 1)
         info = {
             "response_length": torch.tensor([float(t.num_action_tokens) for t in trajectories]),
             "truncated": torch.tensor([float(t.truncated) for t in trajectories]),
