@@ -21,8 +21,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ORDER = ["train_step", "rollout", "env", "verifier", "reward_server", "sandbox"]
 QUICK = {
-    "train_step": ["--steps", "4", "--warmup", "1"],
-    "rollout": ["--reps", "5"],
+    "train_step": ["--steps", "5", "--warmup", "1", "--threads", "1"],
+    "rollout": ["--reps", "5", "--threads", "1"],
     "env": ["--seconds", "1.5"],
     "verifier": ["--limit", "200"],
     "reward_server": ["--seconds", "3", "--concurrency", "1", "8"],
