@@ -174,7 +174,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print()
     keys = [k for k in ("tasks", "generate", "reward", "experience", "reference", "advantages", "update", "sync",
                         "step") if any(k in r["stages"] for r in rows)]
-    print("agentrl stage medians (s): | config | " + " | ".join(keys) + " |")
+    print("agentrl stage medians (s):")
+    print("| stages of | " + " | ".join(keys) + " |")
     print("|---|" + "---:|" * len(keys))
     for r in rows:
         print(f"| {r['config']} | " + " | ".join(f"{r['stages'].get(k, 0.0):.4f}" for k in keys) + " |")
