@@ -80,6 +80,28 @@ class FrozenModel:
         return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix)
 
 
+def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, algo: AlgoConfig,
+                      kl_coef: float, norm: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one micro-batch (policy + KL term + entropy bonus) and its metrics.
+
+    ``lp``, ``ent`` (B,A) from ``sequence_logprobs``; ``norm`` holds the mini-batch's global counts.
+    Metrics are this micro-batch's masked means (``policy_loss`` is already globally normalised).
+    """
+    mask = micro.action_mask
+    old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
+    loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                          dual_clip=algo.dual_clip, ratio_type=algo.ratio_type, agg=algo.loss_agg, **norm)
+    stats = {"policy_loss": loss.item(), "clipfrac": m["clipfrac"].item(), "ratio": m["ratio"].item(),
+             "entropy": masked_mean(ent.detach(), mask).item(), "kl": 0.0}
+    if algo.kl_mode == "loss" and micro.ref_logprobs is not None:
+        kl = kl_penalty(lp, micro.ref_logprobs, algo.kl_estimator)
+        loss = loss + kl_coef * agg_loss(kl, mask, algo.loss_agg, **norm)
+        stats["kl"] = masked_mean(kl.detach(), mask).item()
+    if algo.entropy_coef:
+        loss = loss - algo.entropy_coef * agg_loss(ent, mask, algo.loss_agg, **norm)
+    return loss, stats
+
+
 def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: int
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with a linear warm-up, constant afterwards."""
@@ -135,22 +157,11 @@ class PolicyLearner:
                                         temperature=self.temperature, with_entropy=True,
                                         entropy_grad=bool(algo.entropy_coef),
                                         prompt_lens=shared_prompts(micro, self.cfg.shared_prefix))
-            old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
-            mask = micro.action_mask
-            loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low,
-                                  clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                                  ratio_type=algo.ratio_type, agg=algo.loss_agg, **norm)
-            share = mask.sum().item() / max(num_tokens, 1)
-            acc["policy_loss"] += loss.item()
-            if algo.kl_mode == "loss" and micro.ref_logprobs is not None:
-                kl = kl_penalty(lp, micro.ref_logprobs, algo.kl_estimator)
-                loss = loss + kl_coef * agg_loss(kl, mask, algo.loss_agg, **norm)
-                acc["kl"] += masked_mean(kl.detach(), mask).item() * share
-            if algo.entropy_coef:
-                loss = loss - algo.entropy_coef * agg_loss(ent, mask, algo.loss_agg, **norm)
-            acc["entropy"] += masked_mean(ent.detach(), mask).item() * share
-            acc["clipfrac"] += m["clipfrac"].item() * share
-            acc["ratio"] += m["ratio"].item() * share
+            loss, stats = micro_policy_loss(lp, ent, micro, algo, kl_coef, norm)
+            share = micro.action_mask.sum().item() / max(num_tokens, 1)
+            acc["policy_loss"] += stats.pop("policy_loss")
+            for k, v in stats.items():
+                acc[k] += v * share
             loss.backward()
         grad_norm = self._clip_and_step()
         acc.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0])

@@ -12,10 +12,9 @@ from typing import Any
 
 import torch
 
-from agentrl.algorithms import agg_loss, kl_penalty, masked_mean, policy_loss
 from agentrl.config import AlgoConfig, LearnerConfig
 from agentrl.experience import Experience
-from agentrl.learner import PolicyLearner, sequence_logprobs
+from agentrl.learner import PolicyLearner, micro_policy_loss, sequence_logprobs
 from agentrl.strategies.base import Strategy, shard_micro_batches, shard_rows
 
 
@@ -57,22 +56,11 @@ class ShardedPolicyLearner(PolicyLearner):
             lp, ent = sequence_logprobs(self.model, micro.sequences, micro.attention_mask,
                                         temperature=self.temperature, with_entropy=True,
                                         entropy_grad=bool(algo.entropy_coef))
-            old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
-            mask = micro.action_mask
-            loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low,
-                                  clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                                  ratio_type=algo.ratio_type, agg=algo.loss_agg, **norm)
-            share = weight * mask.sum().item() / max(num_tokens, 1)
-            acc["policy_loss"] += weight * loss.item()
-            if algo.kl_mode == "loss" and micro.ref_logprobs is not None:
-                kl = kl_penalty(lp, micro.ref_logprobs, algo.kl_estimator)
-                loss = loss + kl_coef * agg_loss(kl, mask, algo.loss_agg, **norm)
-                acc["kl"] += masked_mean(kl.detach(), mask).item() * share
-            if algo.entropy_coef:
-                loss = loss - algo.entropy_coef * agg_loss(ent, mask, algo.loss_agg, **norm)
-            acc["entropy"] += masked_mean(ent.detach(), mask).item() * share
-            acc["clipfrac"] += m["clipfrac"].item() * share
-            acc["ratio"] += m["ratio"].item() * share
+            loss, stats = micro_policy_loss(lp, ent, micro, algo, kl_coef, norm)
+            share = weight * micro.action_mask.sum().item() / max(num_tokens, 1)
+            acc["policy_loss"] += weight * stats.pop("policy_loss")
+            for k, v in stats.items():
+                acc[k] += v * share
             s.backward(loss * (weight * s.world_size))
         acc = s.all_reduce_sum(acc)
         acc["grad_norm"] = s.step()
