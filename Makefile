@@ -32,9 +32,11 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -m "not slow and not gpu" -p no:cacheprovider
 	$(BIN)/python -m pytest -q -m "slow and not gpu" -p no:cacheprovider || test $$? -eq 5  # 5: none marked slow
 

@@ -11,7 +11,7 @@ import sys
 
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     cfg = load_config(args.config, args.overrides)
     trainer_cls: type = Trainer
@@ -28,7 +28,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.evaluation import run_eval
+    from agentrl.evaluation.command import run_eval
 
     overrides = list(args.overrides)
     if args.env:
@@ -39,14 +39,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from agentrl.report import write_report
+    from agentrl.evaluation.report import write_report
 
     print(write_report(args.run_dir))
     return 0
 
 
-STAGES = {"sft": ("agentrl.sft", "run_sft", "SFTConfig"), "rm": ("agentrl.rm", "run_rm", "RMConfig"),
-          "dpo": ("agentrl.dpo", "run_dpo", "DPOConfig")}
+STAGES = {"sft": ("agentrl.stages.sft", "run_sft", "SFTConfig"), "rm": ("agentrl.stages.rm", "run_rm", "RMConfig"),
+          "dpo": ("agentrl.stages.dpo", "run_dpo", "DPOConfig")}
 
 
 def _stage(args: argparse.Namespace) -> int:
@@ -54,8 +54,8 @@ def _stage(args: argparse.Namespace) -> int:
     import importlib
     import json
 
-    from agentrl import stage_config
     from agentrl.config import load_config
+    from agentrl.stages import config as stage_config
 
     module, fn, cls = STAGES[args.command]
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))

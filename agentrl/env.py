@@ -152,3 +152,20 @@ def load_plugins() -> None:
             ep.load()()
         except Exception as e:  # a broken third-party plugin must not break agentrl
             print(f"agentrl: environment plugin {ep.name!r} failed to load: {e}", file=sys.stderr)
+
+
+def fixed_tasks(env: TextEnv, n: int, seed: int) -> list[Task]:
+    """``n`` distinct tasks, the same for the same seed: the env's dataset if it has one, else drawn."""
+    dataset = getattr(env, "tasks", None)
+    if dataset is not None:
+        rng = np.random.default_rng(seed)
+        idx = rng.permutation(len(dataset))[:n] if n < len(dataset) else np.arange(len(dataset))
+        return [dataset[int(i)] for i in sorted(idx)]
+    rng = np.random.default_rng(seed)
+    seen: dict[str, Task] = {}
+    for _ in range(n * 50):
+        t = env.sample_task(rng)
+        seen.setdefault(t.id, t)
+        if len(seen) >= n:
+            break
+    return list(seen.values())

@@ -115,3 +115,14 @@ def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: 
     model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype],
                                                  trust_remote_code=trust_remote_code)
     return model.to(resolve_device(device))
+
+
+def load_policy(cfg: Any, path: str) -> tuple[Any, Any]:
+    """Model and tokenizer from ``path``, loaded as ``cfg.model`` says (dtype, device, remote code)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tok = load_tokenizer(path, cfg.model.trust_remote_code)
+    model = load_causal_lm(path, dtype=cfg.model.dtype, device=cfg.model.device,
+                           trust_remote_code=cfg.model.trust_remote_code)
+    return model, tok

@@ -48,7 +48,7 @@ def throughput(env: Any, tasks: list[Any], respond: Any, seconds: float) -> tupl
 
 def bench_env(env_id: str, seconds: float, n_tasks: int) -> dict[str, Any]:
     import agentrl
-    from agentrl.evaluation import fixed_tasks
+    from agentrl.env import fixed_tasks
 
     kwargs, wrong = ENVS.get(env_id, ({}, "wrong"))
     try:

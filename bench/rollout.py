@@ -34,7 +34,7 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_E
 
 import torch  # noqa: E402
 
-from agentrl.engines.base import Completion, SamplingParams  # noqa: E402
+from agentrl.rollout.engines.base import Completion, SamplingParams  # noqa: E402
 
 ARITH = "examples/configs/cpu_demo.yaml"
 SHAPES = {"short": (32, 8, 4), "long": (8, 8, 128)}  # prompts, samples per prompt, max new tokens
@@ -42,8 +42,9 @@ SHAPES = {"short": (32, 8, 4), "long": (8, 8, 128)}  # prompts, samples per prom
 
 def setup(max_new_tokens: int) -> tuple[Any, Any, Any, str]:
     """Config, env, (model, tokenizer) and model dir of the CPU demo (no warm start)."""
-    from agentrl.components import load_policy, make_env, resolve_model_path
     from agentrl.config import load_config
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import make_env, resolve_model_path
 
     cfg = load_config(ROOT / ARITH, ["model.warm_start.enabled=false", "model.device=cpu",
                                      f"rollout.max_new_tokens={max_new_tokens}"])
@@ -67,18 +68,18 @@ def ab(fns: dict[str, Any], reps: int) -> dict[str, float]:
 
 def single_turn(shape: str, engine_name: str, reps: int) -> dict[str, Any]:
     """Executor vs raw generate on one engine."""
-    from agentrl.components import sampling_params
-    from agentrl.evaluation import fixed_tasks
-    from agentrl.executors import SingleTurnExecutor
+    from agentrl.env import fixed_tasks
+    from agentrl.rollout.build import sampling_params
+    from agentrl.rollout.executors import SingleTurnExecutor
 
     prompts, n, max_new = SHAPES[shape]
     cfg, env, (model, tok), path = setup(max_new)
     if engine_name == "hf":
-        from agentrl.engines.hf import HFEngine
+        from agentrl.rollout.engines.hf import HFEngine
 
         engine = HFEngine(model, tok)
     else:
-        from agentrl.engines.vllm import VLLMEngine
+        from agentrl.rollout.engines.vllm import VLLMEngine
 
         engine = VLLMEngine(path, seed=0)
     params = sampling_params(cfg)
@@ -96,8 +97,8 @@ def single_turn(shape: str, engine_name: str, reps: int) -> dict[str, Any]:
 def multi_turn(env_id: str, policy: str, episodes: int, reps: int) -> dict[str, Any]:
     """Episodes/s of ``MultiTurnExecutor`` on a tool env, with a scripted policy or the tiny model."""
     import agentrl
-    from agentrl.evaluation import fixed_tasks
-    from agentrl.executors.multi_turn import MultiTurnExecutor
+    from agentrl.env import fixed_tasks
+    from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
     cfg, _, (model, tok), _ = setup(32)
     env = agentrl.make(env_id, split="test")
@@ -108,7 +109,7 @@ def multi_turn(env_id: str, policy: str, episodes: int, reps: int) -> dict[str, 
         arg = '{"expression": "16 - 3 - 4"}' if tool == "calculator" else '{"code": "print(16 - 3 - 4)"}'
         engine: Any = ScriptedPolicy(tok, f'<tool_call>{{"name": "{tool}", "arguments": {arg}}}</tool_call>')
     else:
-        from agentrl.engines.hf import HFEngine
+        from agentrl.rollout.engines.hf import HFEngine
 
         engine = HFEngine(model, tok)
     ex = MultiTurnExecutor(env, engine, tok, params, n_samples=1)

@@ -64,7 +64,7 @@ LR = 3e-4
 def agentrl_trainer(s: Setting, run_dir: str, extra: list[str] | None = None) -> Any:
     """agentrl's own ``Trainer`` on the CPU demo config, changed only where the comparison needs it."""
     from agentrl.config import load_config
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     overrides = [
         "model.warm_start.enabled=false", "model.device=cpu", "algo.drop_zero_std_groups=false",

@@ -35,10 +35,10 @@ def fail(name, msg):
     sys.exit(1)
 
 from agentrl.config import load_config
-from agentrl.components import make_env, resolve_model_path
-from agentrl.engines.base import SamplingParams
-from agentrl.engines.hf import HFEngine
-from agentrl.learner import PolicyLearner
+from agentrl.rollout.build import make_env, resolve_model_path
+from agentrl.rollout.engines.base import SamplingParams
+from agentrl.rollout.engines.hf import HFEngine
+from agentrl.training.learner import PolicyLearner
 from agentrl.models import load_causal_lm, load_tokenizer
 
 TINY = ["model.path=tiny", "model.device=cuda", "model.tiny.hidden_size=128", "model.tiny.num_heads=4",
@@ -55,9 +55,9 @@ greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
 # 1. ZeRO-3 on CUDA, one rank, vs the single-process learner on the same GPU
 name, t0 = "zero3-cuda", time.perf_counter()
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_PORT="29533")
-from agentrl.strategies import make_strategy
-from agentrl.strategies.learner import ShardedPolicyLearner
-from agentrl.experience import Experience
+from agentrl.distributed.strategies import make_strategy
+from agentrl.distributed.strategies.learner import ShardedPolicyLearner
+from agentrl.training.experience import Experience
 ref_model = load_causal_lm(path, device="cuda")
 g = torch.Generator().manual_seed(0)
 attn = torch.tensor([[1] * n + [0] * (12 - n) for n in (7, 12, 9, 11, 8, 10, 12)])
@@ -85,7 +85,7 @@ del learner, strategy
 
 # 2. vLLM sleep / wake_up and weight reload on GPU
 name, t0 = "vllm-sleep-wake-reload", time.perf_counter()
-from agentrl.engines.vllm import VLLMEngine
+from agentrl.rollout.engines.vllm import VLLMEngine
 eng = VLLMEngine(path, seed=0, dtype="float32", enable_sleep_mode=True, gpu_memory_utilization=0.3)
 before = [c.token_ids for c in eng.generate(prompts, greedy)]
 free_awake = torch.cuda.mem_get_info()[0]

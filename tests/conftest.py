@@ -21,8 +21,8 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_arith():
     """A tiny model + tokenizer for the arithmetic env (built once, cached): (model_dir, env)."""
-    from agentrl.components import make_env, resolve_model_path
     from agentrl.config import load_config
+    from agentrl.rollout.build import make_env, resolve_model_path
 
     cfg = load_config(None, ["env.kwargs={digits: 2, template: '{expr}=', bare_answer: true}"])
     env = make_env(cfg)

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.components import make_env
 from agentrl.config import RunConfig, load_config, read_yaml, to_dict
 from agentrl.env import list_envs
-from agentrl.stage_config import DPOConfig, RMConfig, SFTConfig
+from agentrl.rollout.build import make_env
+from agentrl.stages.config import DPOConfig, RMConfig, SFTConfig
 from environments.sources import is_local
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_gpu_config_is_a_real_recipe_with_a_tiny_twin(path):
 @pytest.mark.parametrize("path", TINY, ids=lambda p: p.stem)
 def test_tiny_config_trains_two_steps(path, tmp_path):
     from agentrl.checkpoint import latest_checkpoint
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     cfg = load_config(path, ["learner.total_steps=2", "log.progress=false", "log.tensorboard=false"])
     missing = [e for e in _env_ids(cfg) if e not in list_envs()]

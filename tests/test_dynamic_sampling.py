@@ -3,7 +3,7 @@
 import pytest
 
 from agentrl.config import load_config
-from agentrl.dynamic_sampling import (
+from agentrl.rollout.dynamic_sampling import (
     apply_overlong_penalty,
     fill_batch,
     informative,
@@ -78,7 +78,7 @@ def test_overlong_penalty_applies_to_rewards():
 
 
 def test_trainer_refills_and_penalises(tmp_path):
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     cfg = load_config(None, ["env.kwargs={digits: 2, template: '{expr}=', bare_answer: true}",
                              "data.prompts_per_step=2", "rollout.n_samples=2", "rollout.max_new_tokens=4",

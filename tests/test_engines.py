@@ -14,11 +14,11 @@ import importlib.util
 import pytest
 import torch
 
-from agentrl.components import tiny_corpus
-from agentrl.engines import Completion, InferenceEngine, SamplingParams
 from agentrl.env import make
-from agentrl.learner import sequence_logprobs
 from agentrl.models import load_causal_lm, load_tokenizer, tiny_model_dir
+from agentrl.rollout.build import tiny_corpus
+from agentrl.rollout.engines import Completion, InferenceEngine, SamplingParams
+from agentrl.training.learner import sequence_logprobs
 
 BACKENDS = ["hf"] + (["vllm"] if importlib.util.find_spec("vllm") else [])
 TEXTS = ["1+2=", "7+8=", "9+9+9=", "3", "4+5=", "12+1="]
@@ -45,11 +45,11 @@ def reference(model_dir):
 @pytest.fixture(scope="module", params=BACKENDS)
 def engine(request, model_dir, tokenizer):
     if request.param == "hf":
-        from agentrl.engines.hf import HFEngine
+        from agentrl.rollout.engines.hf import HFEngine
 
         yield HFEngine(load_causal_lm(model_dir, device="cpu"), tokenizer)
         return
-    from agentrl.engines.vllm import VLLMEngine
+    from agentrl.rollout.engines.vllm import VLLMEngine
 
     eng = VLLMEngine(model_dir, seed=0, dtype="float32", max_model_len=256)
     yield eng

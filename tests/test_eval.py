@@ -8,20 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.engines.base import Completion, SamplingParams
-from agentrl.env import list_envs, make
-from agentrl.evaluation import (
+from agentrl.env import fixed_tasks, list_envs, make
+from agentrl.evaluation.metrics import (
     TaskResult,
     evaluate,
-    fixed_tasks,
     maj_at_k,
     majority_answer,
     pass_at_k,
     summarize,
     tables,
 )
-from agentrl.executors import SingleTurnExecutor, encode_prompt
 from agentrl.models import load_tokenizer
+from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +72,7 @@ def test_summary_and_tables_by_hand():
 
 
 def test_task_results_group_samples_and_a_failed_episode_does_not_vote():
-    from agentrl.evaluation import task_results
+    from agentrl.evaluation.metrics import task_results
     from agentrl.types import Segment, Task, Trajectory
 
     def traj(reward, info):

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from agentrl.config import AlgoConfig, LearnerConfig
-from agentrl.engines import SamplingParams
-from agentrl.engines.hf import HFEngine
-from agentrl.experience import Experience
-from agentrl.learner import PolicyLearner, sequence_logprobs
 from agentrl.models import load_causal_lm, load_tokenizer
-from agentrl.packing import karmarkar_karp, prompt_lengths, token_balanced_micro_batches
+from agentrl.rollout.engines import SamplingParams
+from agentrl.rollout.engines.hf import HFEngine
+from agentrl.training.experience import Experience
+from agentrl.training.learner import PolicyLearner, sequence_logprobs
+from agentrl.training.packing import karmarkar_karp, prompt_lengths, token_balanced_micro_batches
 from agentrl.types import Segment, Trajectory
 
 

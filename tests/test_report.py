@@ -4,7 +4,7 @@ import json
 
 from agentrl.cli import main
 from agentrl.config import RunConfig, save_config
-from agentrl.report import PANELS, write_report
+from agentrl.evaluation.report import PANELS, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

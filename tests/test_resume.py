@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from agentrl.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state, truncate_metrics
 from agentrl.config import load_config
 from agentrl.tracking import read_metrics
-from agentrl.trainer import TaskSource, Trainer
+from agentrl.training.trainer import TaskSource, Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "configs" / "cpu_demo.yaml"
@@ -175,10 +175,10 @@ def test_keep_last_k_and_atomic_temp_dirs_are_ignored(tmp_path):
 def test_checkpoint_policy_dir_loads_in_transformers_and_vllm(tmp_path, tiny_arith):
     pytest.importorskip("vllm")
     from agentrl.checkpoint import save_checkpoint
-    from agentrl.engines.base import SamplingParams
-    from agentrl.engines.hf import HFEngine
-    from agentrl.engines.vllm import VLLMEngine
     from agentrl.models import load_causal_lm, load_tokenizer
+    from agentrl.rollout.engines.base import SamplingParams
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.rollout.engines.vllm import VLLMEngine
 
     model, tok = load_causal_lm(tiny_arith[0], device="cpu"), load_tokenizer(tiny_arith[0])
     policy = save_checkpoint(tmp_path, 7, model, tok, {}) / "policy"

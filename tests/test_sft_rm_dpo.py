@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from agentrl.config import ConfigError, load_config
-from agentrl.preference_data import (
+from agentrl.stages.config import DPOConfig, RMConfig, SFTConfig
+from agentrl.stages.data import (
     encode_chat,
     encode_pair,
     encode_sft,
@@ -21,8 +22,7 @@ from agentrl.preference_data import (
     split_records,
     stage_records,
 )
-from agentrl.sft import batch_logprobs, make_batch, train_sft
-from agentrl.stage_config import DPOConfig, RMConfig, SFTConfig
+from agentrl.training.supervised import batch_logprobs, make_batch, train_sft
 from agentrl.types import Segment, Trajectory
 from environments.arithmetic import ArithmeticEnv
 
@@ -129,7 +129,7 @@ def test_parquet_needs_pyarrow_and_reads_rows(monkeypatch, tmp_path):
 
 
 def test_env_made_pairs_are_right_against_wrong(tiny):
-    from agentrl.evaluation import fixed_tasks
+    from agentrl.env import fixed_tasks
 
     _, _, env = tiny
     tasks = fixed_tasks(env, 30, 1)
@@ -182,7 +182,7 @@ def test_warm_start_keeps_the_best_dev_weights(tiny):
 # ------------------------------------------------------------------ the three stages (slow tier)
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory) -> dict[str, Any]:
-    from agentrl.sft import run_sft
+    from agentrl.stages.sft import run_sft
 
     cfg = load_config(CONFIGS / "sft_tiny.yaml", QUIET, cls=SFTConfig)
     return run_sft(cfg, tmp_path_factory.mktemp("sft"))
@@ -190,7 +190,7 @@ def sft_run(tmp_path_factory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def rm_run(sft_run, tmp_path_factory) -> dict[str, Any]:
-    from agentrl.rm import run_rm
+    from agentrl.stages.rm import run_rm
 
     cfg = load_config(CONFIGS / "rm_tiny.yaml", QUIET + [f"model.path={sft_run['model_dir']}"], cls=RMConfig)
     return run_rm(cfg, tmp_path_factory.mktemp("rm"))
@@ -213,9 +213,9 @@ def _trajs(tok: Any, tasks: list, answers: list[str]) -> list[Trajectory]:
 
 @pytest.mark.slow
 def test_reward_model_ranks_held_out_answers_and_loads_as_the_learner_reward_model(rm_run, tiny):
-    from agentrl.evaluation import fixed_tasks
-    from agentrl.preference_data import wrong_answer
-    from agentrl.reward_model import RewardModel
+    from agentrl.env import fixed_tasks
+    from agentrl.stages.data import wrong_answer
+    from agentrl.training.reward_model import RewardModel
 
     _, tok, _ = tiny
     print("rm:", json.dumps({k: rm_run[k] for k in ("steps", "seconds", "before", "after", "reward_stats")}))
@@ -246,7 +246,7 @@ class UnverifiedArithmetic(ArithmeticEnv):
 @pytest.mark.slow
 def test_reward_model_serves_rl_steps_on_an_unverifiable_env(sft_run, rm_run, tmp_path):
     import agentrl
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     agentrl.register("test/UnverifiedArithmetic-v0", UnverifiedArithmetic)
     cfg = load_config(None, QUIET + [
@@ -288,7 +288,9 @@ def test_dpo_cli_increases_the_held_out_margin(sft_run, tmp_path, capsys):
 
 
 def test_cpu_demo_warm_start_runs_through_this_trainer(tiny_arith):
-    from agentrl.components import load_policy, make_env, warm_start
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import make_env
+    from agentrl.training.warm_start import warm_start
 
     path, _ = tiny_arith
     cfg = load_config(CONFIGS / "cpu_demo.yaml", [

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.algorithms import ESTIMATORS
 from agentrl.checkpoint import latest_checkpoint, load_trainer_state
 from agentrl.config import ConfigError, load_config
-from agentrl.trainer import Trainer
+from agentrl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "configs" / "cpu_demo.yaml"

@@ -15,8 +15,8 @@ import torch
 
 from agentrl.config import LearnerConfig
 from agentrl.distributed.launch import ActorGroup
-from agentrl.engines.base import Completion, SamplingParams
-from agentrl.experience import Experience
+from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.training.experience import Experience
 
 
 class RemoteObject:

@@ -20,7 +20,7 @@ from agentrl.distributed import workers
 from agentrl.distributed.launch import ActorGroup, init_ray
 from agentrl.distributed.proxies import EngineFleet, PolicyGroup, RemoteObject
 from agentrl.distributed.weight_sync import WeightSync
-from agentrl.trainer import Trainer
+from agentrl.training.trainer import Trainer
 
 
 class RayTrainer(Trainer):

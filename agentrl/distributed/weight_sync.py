@@ -6,7 +6,7 @@
   driver never holds the weights.
 - **NCCL** (GPU): a stateless NCCL group of policy rank 0 (group rank 0) and every vLLM worker
   (ranks 1..); rank 0 broadcasts parameter by parameter while the engines receive into fresh
-  tensors and reload once (``agentrl.engines.vllm_worker``). Needs vLLM on the policy nodes.
+  tensors and reload once (``agentrl.rollout.engines.vllm_worker``). Needs vLLM on the policy nodes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from agentrl.strategies.base import Strategy
+from agentrl.distributed.strategies.base import Strategy
 
 
 def weight_specs(strategy: Strategy) -> list[tuple[str, str, tuple[int, ...]]]:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from agentrl.config import RunConfig
-from agentrl.experience import Experience
+from agentrl.training.experience import Experience
 
 
 def _setup_process(threads: int) -> None:
@@ -46,9 +46,9 @@ class PolicyWorker:
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the group (all ranks call this concurrently) and build model, strategy, learner."""
+        from agentrl.distributed.strategies import make_strategy
+        from agentrl.distributed.strategies.learner import ShardedPolicyLearner
         from agentrl.models import load_causal_lm
-        from agentrl.strategies import make_strategy
-        from agentrl.strategies.learner import ShardedPolicyLearner
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
                           WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
@@ -112,13 +112,13 @@ class EngineWorker:
     def __init__(self, cfg: RunConfig, model_path: str, *, rank: int, world_size: int, threads: int) -> None:
         _setup_process(threads)
         if cfg.rollout.engine == "vllm":
-            from agentrl.engines.vllm import VLLMEngine
+            from agentrl.rollout.engines.vllm import VLLMEngine
 
             self.engine: Any = VLLMEngine(model_path, seed=cfg.data.seed + rank, dtype=cfg.model.dtype,
                                           enable_sleep_mode=cfg.cluster.colocate)
         else:
-            from agentrl.engines.hf import HFEngine
             from agentrl.models import load_causal_lm, load_tokenizer
+            from agentrl.rollout.engines.hf import HFEngine
 
             model = load_causal_lm(model_path, dtype=cfg.model.dtype, device=cfg.model.device,
                                    trust_remote_code=cfg.model.trust_remote_code)
@@ -158,8 +158,8 @@ class ObjectWorker:
 
 def make_reference(cfg: RunConfig, model_path: str) -> Any:
     """The frozen initial policy (``logprobs(exp) -> (B,A)``)."""
-    from agentrl.learner import FrozenModel
     from agentrl.models import load_causal_lm
+    from agentrl.training.learner import FrozenModel
 
     model = load_causal_lm(model_path, dtype=cfg.model.dtype, device=cfg.model.device,
                            trust_remote_code=cfg.model.trust_remote_code)
@@ -167,7 +167,7 @@ def make_reference(cfg: RunConfig, model_path: str) -> Any:
 
 
 def make_critic(cfg: RunConfig, model_path: str) -> Any:
-    from agentrl.critic import Critic
+    from agentrl.training.critic import Critic
 
     return Critic.from_config(cfg, model_path)
 
@@ -175,7 +175,7 @@ def make_critic(cfg: RunConfig, model_path: str) -> Any:
 def make_reward_model(cfg: RunConfig, model_path: str) -> Any:
     """``reward.model`` loaded with the policy's tokenizer (``score(trajectories) -> list[float]``)."""
     from agentrl.models import load_tokenizer
-    from agentrl.reward_model import RewardModel
+    from agentrl.training.reward_model import RewardModel
 
     tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
     return RewardModel.load(cfg.reward.model, tokenizer=tokenizer, device=cfg.model.device)

@@ -77,9 +77,9 @@ def half_verified_env():
 @pytest.fixture
 def reward_model_dir(tmp_path_factory, tiny_cfg):
     """A reward model (score head on the tiny policy's backbone) saved as a Hugging Face dir."""
-    from agentrl.components import make_env, resolve_model_path
     from agentrl.models import load_tokenizer
-    from agentrl.rm import load_score_model
+    from agentrl.rollout.build import make_env, resolve_model_path
+    from agentrl.stages.rm import load_score_model
 
     cfg = tiny_cfg()
     path = resolve_model_path(cfg, make_env(cfg))

@@ -7,8 +7,8 @@ import math
 import torch
 
 from agentrl.algorithms import gae, token_level_rewards
-from agentrl.critic import Critic, ValueModel
-from agentrl.experience import Experience
+from agentrl.training.critic import Critic, ValueModel
+from agentrl.training.experience import Experience
 
 
 def batch(vocab: int, seed: int = 0) -> Experience:
@@ -26,7 +26,7 @@ def batch(vocab: int, seed: int = 0) -> Experience:
 
 
 def make_critic(tiny_cfg, *overrides: str) -> tuple[Critic, int]:
-    from agentrl.components import make_env, resolve_model_path
+    from agentrl.rollout.build import make_env, resolve_model_path
 
     cfg = tiny_cfg("learner.critic_lr=1e-3", *overrides)
     critic = Critic.from_config(cfg, resolve_model_path(cfg, make_env(cfg)))
@@ -76,7 +76,7 @@ def test_critic_fits_the_returns(tiny_cfg):
 
 
 def test_ppo_with_critic_single_process(tiny_cfg):
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     trainer = Trainer(tiny_cfg("algo.estimator=gae", "algo.kl_mode=reward", "algo.kl_coef=0.01"))
     assert isinstance(trainer.critic, Critic)

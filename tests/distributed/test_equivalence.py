@@ -11,9 +11,9 @@ import importlib.util
 import pytest
 import torch
 
-from agentrl.experience import Experience
-from agentrl.learner import FrozenModel, PolicyLearner
 from agentrl.models import load_causal_lm
+from agentrl.training.experience import Experience
+from agentrl.training.learner import FrozenModel, PolicyLearner
 
 pytestmark = pytest.mark.skipif(not importlib.util.find_spec("ray"), reason="needs ray")
 STRATEGIES = [
@@ -45,10 +45,10 @@ def fixed_batch(vocab: int, seed: int = 0) -> Experience:
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_single_process_and_ray_give_the_same_update(ray_cluster, ray_cfg, strategy):
-    from agentrl.components import make_env, resolve_model_path
     from agentrl.distributed import workers
     from agentrl.distributed.launch import ActorGroup
     from agentrl.distributed.proxies import PolicyGroup
+    from agentrl.rollout.build import make_env, resolve_model_path
 
     cfg = ray_cfg(*strategy, "learner.lr=1e-2", "learner.micro_batch_size=2", "learner.mini_batch_size=4",
                    "learner.ppo_epochs=2", "learner.grad_clip=1.0", "algo.clip_low=0.2")

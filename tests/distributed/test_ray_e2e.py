@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from agentrl.engines.base import SamplingParams
-from agentrl.engines.hf import HFEngine
+from agentrl.rollout.engines.base import SamplingParams
+from agentrl.rollout.engines.hf import HFEngine
 
 pytestmark = [
     pytest.mark.slow,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import agentrl
-from agentrl.engines.base import Completion, SamplingParams
-from agentrl.executors.multi_turn import MultiTurnExecutor
 from agentrl.models import train_tokenizer
+from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
 WRONG = "```python\ndef remove_Occ(s, ch):\n    return s\n```"
 # Reference solutions the sandbox rejects (it accepts only plain builtin return values, not Counter,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import agentrl
-from agentrl.executors import encode_prompt
+from agentrl.rollout.executors import encode_prompt
 from environments.countdown import evaluate
 from environments.math_envs import clean_answer
 

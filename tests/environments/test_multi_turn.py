@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 import agentrl
-from agentrl.engines.base import Completion, SamplingParams
-from agentrl.executors.multi_turn import MultiTurnExecutor
-from agentrl.experience import Experience
 from agentrl.models import train_tokenizer
+from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+from agentrl.training.experience import Experience
 from environments.tool_math import Calculator, PythonTool, calculate
 from environments.tools import ToolCallError, ToolEnv, parse_tool_calls
 

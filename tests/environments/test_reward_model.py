@@ -13,7 +13,7 @@ import torch
 import agentrl
 from agentrl.config import load_config
 from agentrl.env import TextEnv
-from agentrl.reward_model import RewardModel, save_reward_model
+from agentrl.training.reward_model import RewardModel, save_reward_model
 from agentrl.types import Segment, Task, Trajectory
 
 TOPICS = ["cats", "rain", "music", "bread", "rivers", "stars", "chess", "tea"]
@@ -43,8 +43,8 @@ def tiny_rm(policy_dir: Path, out: Path, tokenizer: Any = None, stats: dict | No
 
 @pytest.fixture(scope="module")
 def policy() -> tuple[Path, Any]:
-    from agentrl.components import resolve_model_path
     from agentrl.models import load_tokenizer
+    from agentrl.rollout.build import resolve_model_path
 
     agentrl.register("test/Opinion-v0", OpinionEnv)
     cfg = load_config(None, ["env.id=test/Opinion-v0", "model.path=tiny", *TINY])
@@ -88,7 +88,7 @@ def test_a_causal_lm_without_score_head_is_refused(policy: tuple[Path, Any]) -> 
 
 def test_unverified_samples_are_scored_by_the_reward_model_in_training(policy: tuple[Path, Any],
                                                                         tmp_path: Path) -> None:
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     path, _ = policy
     rm_dir = tiny_rm(path, tmp_path / "rm", stats={"mean": 0.0, "std": 0.01})

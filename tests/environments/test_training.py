@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.config import load_config
-from agentrl.executors.multi_turn import MultiTurnExecutor
-from agentrl.trainer import Trainer
+from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+from agentrl.training.trainer import Trainer
 
 COMMON = ["model.path=tiny", "model.device=cpu", "data.prompts_per_step=2", "data.eval_tasks=2",
           "rollout.n_samples=3", "rollout.temperature=1.0", "learner.total_steps=3", "learner.lr=1e-4",

@@ -19,10 +19,10 @@ from faultkit import DEMO, ROOT
 
 import agentrl
 from agentrl.config import ConfigError, load_config
-from agentrl.engines.base import Completion, SamplingParams
-from agentrl.executors import SingleTurnExecutor
-from agentrl.executors.multi_turn import MultiTurnExecutor
 from agentrl.models import load_tokenizer
+from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.rollout.executors import SingleTurnExecutor
+from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 from agentrl.types import Task
 from environments.sources import read_records
 from rewards import math as rmath

@@ -23,7 +23,7 @@ from faultkit import DEMO, ROOT, SMALL, BadServer, free_port, reward_server, ser
 
 from agentrl.checkpoint import latest_checkpoint, load_trainer_state
 from agentrl.config import load_config
-from agentrl.trainer import Trainer
+from agentrl.training.trainer import Trainer
 from agentrl.types import Task
 from rewards.client import RemoteReward, RemoteRewardError
 
@@ -45,7 +45,7 @@ def _fit(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
 
 
 def test_env_raising_in_step_fails_only_those_episodes(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="agentrl.executors.single_turn")
+    caplog.set_level(logging.WARNING, logger="agentrl.rollout.executors.single_turn")
     handler = signal.getsignal(signal.SIGTERM)
     summary, steps = _fit(tmp_path, *ENV, "learner.total_steps=2")
     assert summary["steps"] == 2 and len(steps) == 2 and "interrupted" not in summary
@@ -64,7 +64,7 @@ def test_remote_reward_scores_every_sample(tmp_path):
 
 
 def test_remote_reward_down_marks_samples_failed_and_training_goes_on(tmp_path, caplog):
-    caplog.set_level(logging.ERROR, logger="agentrl.trainer")
+    caplog.set_level(logging.ERROR, logger="agentrl.training.trainer")
     dead = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     summary, steps = _fit(tmp_path, f"reward.remote_url={dead}", "reward.retries=2")

@@ -1,0 +1,180 @@
+"""Loading a config: YAML plus dotted overrides, validated against the dataclasses up front.
+
+Unknown keys, wrong types and unknown choices raise :class:`ConfigError` with one line naming the
+problem (and the valid keys or values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentrl.config.sections import RunConfig
+
+
+class ConfigError(ValueError):
+    """A configuration problem, stated in one line."""
+
+
+
+CHOICES = {
+    "algo.estimator": ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo"),
+    "algo.kl_mode": ("none", "reward", "loss"),
+    "algo.kl_estimator": ("k1", "k2", "k3"),
+    "algo.ratio_type": ("token", "sequence"),
+    "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    "rollout.engine": ("hf", "vllm"),
+    "cluster.mode": ("local", "ray"),
+    "cluster.strategy": ("deepspeed", "ddp"),
+    "cluster.zero_stage": (0, 1, 2, 3),
+    "cluster.weight_sync": ("auto", "object_store", "nccl"),
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "model.device": ("auto", "cpu", "cuda"),
+}
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(value, arg, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_check_type(v, typing.get_args(tp)[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return " or ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(tp)) or str(tp)
+
+
+def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested dict, validating keys and types."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(f"unknown key '{where}'; valid keys{' in ' + prefix if prefix else ''}: "
+                          f"{', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        where = f"{prefix}.{name}" if prefix else name
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build(tp, value, where)
+            continue
+        value = _check_type(value, tp, where)
+        if where in CHOICES and value not in CHOICES[where]:
+            raise ConfigError(f"{where}: unknown value {value!r}; valid: {', '.join(CHOICES[where])}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algo.estimator=rloo", "learner.lr=1e-4"]`` -> nested dict (values read as YAML)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override")
+        node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, turning parse errors into one-line ``ConfigError``s."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config {str(path)!r}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"malformed YAML in {path}{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                cls: type = RunConfig) -> Any:
+    """Load and validate a config: YAML file (optional) + dotted overrides."""
+    data = read_yaml(path) if path else {}
+    data = _merge(data, parse_overrides(overrides or []))
+    return build(cls, data)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain nested dicts (for saving beside the run)."""
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML."""
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")

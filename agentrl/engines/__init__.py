@@ -1,5 +1,0 @@
-"""Inference engines behind one protocol: ``hf`` (transformers, embedded default) and ``vllm``."""
-
-from agentrl.engines.base import Completion, InferenceEngine, SamplingParams
-
-__all__ = ["Completion", "InferenceEngine", "SamplingParams"]

@@ -1,0 +1,70 @@
+"""``agentrl eval``: evaluate a model (a path, a run directory or a checkpoint) on the configured envs,
+print the per-dataset and per-difficulty tables, and write ``eval.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from agentrl.checkpoint import latest_checkpoint
+from agentrl.env import fixed_tasks
+from agentrl.evaluation.metrics import TaskResult, eval_params, evaluate_tasks, summarize, tables
+from agentrl.models import load_policy
+from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
+
+
+def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> dict[str, Any]:
+    """``agentrl eval``: evaluate a model on ``eval.envs``; print tables and write ``eval.json``."""
+    primary = make_env(cfg)
+    path = model_path or cfg.model.path
+    path = resolve_model_path(cfg, primary) if path == "tiny" else path
+    if (Path(path) / "checkpoints").is_dir():  # a run dir: its latest checkpoint
+        path = str(latest_checkpoint(Path(path)) or path)
+    if (Path(path) / "policy").is_dir():  # a training checkpoint dir
+        path = str(Path(path) / "policy")
+    model, tokenizer = load_policy(cfg, path)
+    engine = make_engine(cfg, model, tokenizer, path)
+    params, n = eval_params(cfg), cfg.eval.n_samples
+    results: list[TaskResult] = []
+    for env_id in cfg.eval.envs or [cfg.env.id]:
+        kwargs = ({**cfg.env.kwargs, **cfg.env.eval_kwargs} if env_id == cfg.env.id
+                  else cfg.eval.env_kwargs.get(env_id, cfg.env.eval_kwargs))
+        env = make_env(replace(cfg, env=replace(cfg.env, id=env_id, kwargs=dict(kwargs))))
+        executor = make_executor(cfg, env, engine, tokenizer)
+        tasks = fixed_tasks(env, cfg.eval.max_tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
+        results += evaluate_tasks(executor, tasks, params, n, dataset=env_id)
+    report = {"model": str(path), "envs": cfg.eval.envs or [cfg.env.id], "n_samples": n, "k": list(cfg.eval.k),
+              "sampling": asdict(params), "overall": summarize(results, cfg.eval.k),
+              **tables(results, cfg.eval.k), "samples": [asdict(r) for r in results]}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(report, indent=1))
+    print_tables(report)
+    return report
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    """The per-dataset and per-difficulty tables of an ``eval.json`` report, with rich."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    for title, rows in (("per dataset", report["datasets"]), ("per difficulty", report["difficulties"])):
+        cols = sorted({k for r in rows.values() for k in r if "@" in k}, key=_metric_order)
+        table = Table(title=f"eval {title} (n={report['n_samples']})")
+        for name in ("set", "tasks", "accuracy", *cols, "length"):
+            table.add_column(name, justify="left" if name == "set" else "right")
+        for name, r in rows.items():
+            table.add_row(name, f"{r['tasks']:.0f}", f"{r['accuracy']:.3f}",
+                          *[f"{r[c]:.3f}" if c in r else "-" for c in cols], f"{r['response_length']:.1f}")
+        console.print(table)
+
+
+def _metric_order(name: str) -> tuple[bool, float]:
+    kind, _, k = name.partition("@")
+    return kind != "pass", int(k) if k.isdigit() else math.inf

@@ -1,0 +1,70 @@
+"""Building the rollout side of a run from its config: the env, the model path (tiny or Hugging
+Face), the engine, the sampling parameters and the executor. Constructors only wire; the training
+loop lives in ``agentrl.training.trainer``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.config import RunConfig
+from agentrl.env import TextEnv, fixed_tasks, make, register
+from agentrl.models import tiny_model_dir
+from agentrl.rollout.engines.base import SamplingParams
+from agentrl.rollout.executors import SingleTurnExecutor
+
+
+def make_env(cfg: RunConfig, overrides: dict[str, Any] | None = None) -> TextEnv:
+    """The configured env, with ``overrides`` on top of ``env.kwargs``."""
+    for env_id, entry_point in cfg.env.register.items():
+        register(env_id, entry_point)
+    return make(cfg.env.id, **{**cfg.env.kwargs, **(overrides or {})})
+
+
+def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
+    """Text the tiny tokenizer is trained on: prompts and reference answers of the env."""
+    tasks = fixed_tasks(env, n, seed)
+    out = []
+    for t in tasks:
+        prompt = t.prompt if isinstance(t.prompt, str) else "\n".join(m["content"] for m in t.prompt)
+        out += [prompt, env.reference_answer(t)]
+    return out
+
+
+def resolve_model_path(cfg: RunConfig, env: TextEnv) -> str:
+    """``tiny`` -> the locally built (cached) tiny model dir; anything else as given."""
+    if cfg.model.path != "tiny":
+        return cfg.model.path
+    t = cfg.model.tiny
+    return str(tiny_model_dir(tiny_corpus(env, seed=cfg.data.seed), hidden_size=t.hidden_size,
+                              num_layers=t.num_layers, num_heads=t.num_heads,
+                              intermediate_size=t.intermediate_size, vocab_size=t.vocab_size,
+                              max_position_embeddings=t.max_position_embeddings, seed=cfg.data.seed))
+
+
+def make_engine(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str) -> Any:
+    """The rollout engine. ``hf`` shares the policy's model object (weight sync is free)."""
+    if cfg.rollout.engine == "hf":
+        from agentrl.rollout.engines.hf import HFEngine
+
+        return HFEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
+    from agentrl.rollout.engines.vllm import VLLMEngine  # lazy: vllm is optional
+
+    return VLLMEngine(model_path, seed=cfg.data.seed, dtype=cfg.model.dtype)
+
+
+def sampling_params(cfg: RunConfig, greedy: bool = False) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(max_new_tokens=r.max_new_tokens, temperature=0.0 if greedy else r.temperature,
+                          top_p=r.top_p, top_k=r.top_k)
+
+
+def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> Any:
+    """Single-turn executor (multi-turn envs get the multi-turn one)."""
+    if getattr(env, "max_turns", 1) > 1:
+        from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+
+        return MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
+                                 chat_template=cfg.rollout.chat_template,
+                                 max_total_tokens=cfg.rollout.max_total_tokens or None)
+    return SingleTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
+                              chat_template=cfg.rollout.chat_template)

@@ -1,0 +1,59 @@
+"""What the SFT, reward-model and DPO stages share besides the optimizer loop
+(:func:`agentrl.training.supervised.train_loop`): seeding, the run directory, the envs and model
+path of a stage config, the tracker, and saving a Hugging Face directory atomically."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.config import DataConfig, RunConfig, save_config
+from agentrl.rollout.build import make_env, resolve_model_path
+from agentrl.tracking import Tracker
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_dir_of(cfg: Any, run_dir: str | Path | None) -> Path:
+    """Create the run directory and save the resolved config beside it."""
+    out = Path(run_dir or cfg.log.run_dir.format(name=cfg.log.name))
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    return out
+
+
+def stage_envs(cfg: Any) -> tuple[Any, Any]:
+    """The training env and the dev env of a stage config (for env-made records and the tiny model)."""
+    run = RunConfig(env=cfg.env)
+    return make_env(run), make_env(run, cfg.env.dev_kwargs)
+
+
+def model_path_of(cfg: Any, env: Any) -> str:
+    """``model.path``, or the locally built tiny model for ``tiny`` (as the RL trainer builds it)."""
+    return resolve_model_path(RunConfig(model=cfg.model, env=cfg.env, data=DataConfig(seed=cfg.data.seed)), env)
+
+
+def make_tracker(run_dir: Path, cfg: Any) -> Tracker:
+    return Tracker(run_dir, cfg.log, cfg.optim.max_steps)
+
+
+def save_hf(model: Any, tokenizer: Any, out: Path) -> Path:
+    """Save a Hugging Face directory (model + tokenizer) atomically: written aside, then renamed."""
+    import shutil
+
+    tmp = out.with_name(f".tmp_{out.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out

@@ -1,0 +1,185 @@
+"""The policy learner: log-probs with the generation's masking, and the clipped policy update.
+
+``sequence_logprobs`` is the one place where the model scores sequences; SFT, the reference model
+and the policy update all go through it. Micro-batches accumulate gradients into one optimizer
+step, with the loss normalised by the counts of the whole mini-batch, so the update does not depend
+on the micro-batch size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from agentrl.algorithms import agg_loss, kl_penalty, masked_mean, policy_loss
+from agentrl.config import AlgoConfig, LearnerConfig
+from agentrl.training.experience import Experience
+from agentrl.training.packing import (
+    prompt_lengths,
+    shared_prefix_logprobs,
+    token_balanced_micro_batches,
+    token_logprobs,
+)
+
+
+def sequence_logprobs(model: Any, sequences: torch.Tensor, attention_mask: torch.Tensor, *,
+                      temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
+                      prompt_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each next token: sequences, attention_mask (B,T) -> logprobs (B,A), entropy (B,A).
+
+    Logits are divided by the sampling temperature, as the engine's were. The entropy carries a
+    gradient only with ``entropy_grad`` (an entropy bonus); otherwise it is a detached metric.
+    With ``prompt_lens`` (B,) of right-padded rows, rows that share a prompt run it once
+    (``agentrl.training.packing.shared_prefix_logprobs``: same values and gradients, less compute).
+    """
+    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    if prompt_lens is not None:
+        shared = shared_prefix_logprobs(model, sequences, attention_mask, prompt_lens, **kw)
+        if shared is not None:
+            return shared
+    logits = model(input_ids=sequences, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
+    return token_logprobs(logits, sequences[:, 1:], **kw)
+
+
+def shared_prompts(exp: Experience, enabled: bool = True) -> torch.Tensor | None:
+    """``prompt_lens`` for ``sequence_logprobs`` when prompts may be shared (None: plain forward)."""
+    return prompt_lengths(exp.action_mask, exp.attention_mask) if enabled else None
+
+
+@torch.no_grad()
+def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, temperature: float = 1.0,
+                     shared_prefix: bool = True) -> torch.Tensor:
+    """``sequence_logprobs`` over an Experience in micro-batches, without gradients: (B,A)."""
+    was_training = model.training
+    model.eval()
+    out = torch.zeros_like(exp.action_mask)
+    for start in range(0, len(exp), max(1, micro_batch_size)):
+        part = exp.select(slice(start, start + micro_batch_size)).trim()
+        lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature,
+                                  prompt_lens=shared_prompts(part, shared_prefix))
+        out[start:start + len(part), :lp.shape[1]] = lp
+    model.train(was_training)
+    return out
+
+
+class FrozenModel:
+    """A model that only scores (the reference policy): ``logprobs(exp) -> (B,A)``."""
+
+    def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0, shared_prefix: bool = True
+                 ) -> None:
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.micro_batch_size = micro_batch_size
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.shared_prefix = shared_prefix
+
+    def logprobs(self, exp: Experience) -> torch.Tensor:
+        return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix)
+
+
+def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, algo: AlgoConfig,
+                      kl_coef: float, norm: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one micro-batch (policy + KL term + entropy bonus) and its metrics.
+
+    ``lp``, ``ent`` (B,A) from ``sequence_logprobs``; ``norm`` holds the mini-batch's global counts.
+    Metrics are this micro-batch's masked means (``policy_loss`` is already globally normalised).
+    """
+    mask = micro.action_mask
+    old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
+    loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                          dual_clip=algo.dual_clip, ratio_type=algo.ratio_type, agg=algo.loss_agg, **norm)
+    stats = {"policy_loss": loss.item(), "clipfrac": m["clipfrac"].item(), "ratio": m["ratio"].item(),
+             "entropy": masked_mean(ent.detach(), mask).item(), "kl": 0.0}
+    if algo.kl_mode == "loss" and micro.ref_logprobs is not None:
+        kl = kl_penalty(lp, micro.ref_logprobs, algo.kl_estimator)
+        loss = loss + kl_coef * agg_loss(kl, mask, algo.loss_agg, **norm)
+        stats["kl"] = masked_mean(kl.detach(), mask).item()
+    if algo.entropy_coef:
+        loss = loss - algo.entropy_coef * agg_loss(ent, mask, algo.loss_agg, **norm)
+    return loss, stats
+
+
+def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: int
+                   ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with a linear warm-up, constant afterwards."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0)
+    return opt, sched
+
+
+class PolicyLearner:
+    """Holds the policy, its optimizer and scheduler; ``train_step`` runs PPO-style epochs."""
+
+    def __init__(self, model: Any, learner: LearnerConfig, algo: AlgoConfig, *, temperature: float = 1.0,
+                 max_new_tokens: int | None = None) -> None:
+        self.model, self.cfg, self.algo = model, learner, algo
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.max_len = max_new_tokens
+        self.optimizer, self.scheduler = make_optimizer(
+            [p for p in model.parameters() if p.requires_grad], learner.lr, learner.weight_decay,
+            learner.warmup_steps)
+
+    def logprobs(self, exp: Experience) -> torch.Tensor:
+        """Current policy log-probs of ``exp`` without gradients (B,A)."""
+        return batched_logprobs(self.model, exp, self.cfg.micro_batch_size, self.temperature, self.cfg.shared_prefix)
+
+    def needs_old_logprobs(self, batch_size: int) -> bool:
+        """Old log-probs must be computed only when a batch gets more than one optimizer step;
+        otherwise the policy has not moved and the current log-probs (detached) are exact."""
+        mini = self.cfg.mini_batch_size
+        return self.cfg.ppo_epochs > 1 or 0 < mini < batch_size
+
+    def train_step(self, exp: Experience, kl_coef: float = 0.0) -> dict[str, float]:
+        """Update the policy on ``exp`` (advantages set). Returns mean metrics over optimizer steps."""
+        self.model.train()
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.cfg.ppo_epochs):
+            for mini in exp.split(self.cfg.mini_batch_size):
+                for k, v in self._optimizer_step(mini, kl_coef).items():
+                    sums[k] = sums.get(k, 0.0) + v
+                steps += 1
+        return {k: v / max(steps, 1) for k, v in sums.items()}
+
+    def _optimizer_step(self, mini: Experience, kl_coef: float) -> dict[str, float]:
+        algo = self.algo
+        num_tokens, num_seqs = mini.action_mask.sum().item(), len(mini)
+        norm = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=self.max_len)
+        self.optimizer.zero_grad(set_to_none=True)
+        acc = {"policy_loss": 0.0, "clipfrac": 0.0, "ratio": 0.0, "entropy": 0.0, "kl": 0.0}
+        for micro in self.micro_batches(mini):
+            micro = micro.trim()
+            lp, ent = sequence_logprobs(self.model, micro.sequences, micro.attention_mask,
+                                        temperature=self.temperature, with_entropy=True,
+                                        entropy_grad=bool(algo.entropy_coef),
+                                        prompt_lens=shared_prompts(micro, self.cfg.shared_prefix))
+            loss, stats = micro_policy_loss(lp, ent, micro, algo, kl_coef, norm)
+            share = micro.action_mask.sum().item() / max(num_tokens, 1)
+            acc["policy_loss"] += stats.pop("policy_loss")
+            for k, v in stats.items():
+                acc[k] += v * share
+            loss.backward()
+        grad_norm = self._clip_and_step()
+        acc.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0])
+        return acc
+
+    def micro_batches(self, mini: Experience) -> list[Experience]:
+        """``micro_batch_size`` consecutive samples, or with ``micro_batch_tokens`` groups partitioned into
+        micro-batches of about that many tokens (Karmarkar–Karp); the gradient is the same either way."""
+        if self.cfg.micro_batch_tokens <= 0:
+            return mini.split(self.cfg.micro_batch_size)
+        parts = token_balanced_micro_batches(mini.attention_mask.sum(-1).tolist(), mini.group_ids.tolist(),
+                                             self.cfg.micro_batch_tokens)
+        return [mini.select(torch.tensor(p)) for p in parts]
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip)) if params else 0.0
+        self.optimizer.step()
+        self.scheduler.step()
+        return grad_norm

@@ -1,0 +1,364 @@
+"""The RL driver: one training step reads top to bottom (DESIGN.md "One training step").
+
+``Trainer.__init__`` only wires components; ``step`` calls the named stages in order:
+tasks -> rollout -> score_unverified -> make_experience -> reference_and_values -> advantages ->
+update -> sync_weights, then logging and checkpoints in ``fit``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl import checkpoint as ckpt
+from agentrl.algorithms import (
+    AdaptiveKLController,
+    FixedKLController,
+    compute_advantages,
+    kl_penalty,
+    masked_mean,
+)
+from agentrl.config import RunConfig, save_config
+from agentrl.env import fixed_tasks
+from agentrl.evaluation.metrics import eval_params, evaluate
+from agentrl.models import load_policy
+from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
+from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
+from agentrl.tracking import StageTimer, Tracker, plot_curves, read_metrics
+from agentrl.training.experience import Experience
+from agentrl.training.learner import FrozenModel, PolicyLearner
+from agentrl.training.metrics import rollout_metrics
+from agentrl.training.signals import stop_on_sigterm
+from agentrl.training.tasks import TaskSource, seed_everything
+from agentrl.training.warm_start import warm_start
+from agentrl.types import Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Single-process RL trainer (the Ray path reuses these stages with actor handles)."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
+        self.cfg = cfg
+        seed_everything(cfg.data.seed)
+        self.run_dir = Path(run_dir or cfg.log.run_dir.format(name=cfg.log.name))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.env = make_env(cfg)
+        self.eval_env = make_env(cfg, cfg.env.eval_kwargs)
+        self.model_path = resolve_model_path(cfg, self.env)
+        self.model, self.tokenizer = load_policy(cfg, self.model_path)
+        self.timer = StageTimer()
+        self.warm = None
+        if cfg.model.warm_start.enabled:  # on resume too (cached): the reference is the warm-started policy
+            self.warm = warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
+                                   make_env(cfg, cfg.env.dev_kwargs))
+        self.reference = self.build_reference()
+        self.critic = self.build_critic()
+        self.engine = self.build_engine()
+        self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
+        self.eval_executor = make_executor(cfg, self.eval_env, self.engine, self.tokenizer)
+        self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
+        self.learner = self.build_learner()
+        a = cfg.algo
+        self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
+                       else FixedKLController(a.kl_coef))
+        self.tasks = TaskSource(self.env, cfg.data.seed)
+        self.reward_model = self.build_reward_model()
+        self.remote_reward = self.build_remote_reward()
+        self.step_idx, self.resumed, self.last_metrics = 0, resume, {}
+        self.stop_signal: int | None = None
+        if resume:
+            self._resume()
+
+    # ------------------------------------------------------------------ the stages of one step
+    def rollout(self, tasks: list[Task]) -> list[Trajectory]:
+        """Run ``n_samples`` episodes per task on the engine; rewards come from ``env.step``."""
+        return self.executor.run(tasks, group_offset=self.tasks.drawn - len(tasks))  # unique group ids
+
+    def score_unverified(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Samples the env could not verify (``info["verified"] = False``) go to the reward model."""
+        todo = [t for t in trajs if not t.info.get("verified", True)]
+        if not todo:
+            return trajs
+        if self.reward_model is None:
+            raise RuntimeError(f"{len(todo)} samples are unverified by the env and no reward.model is configured")
+        for t, score in zip(todo, self.reward_model.score(todo)):
+            t.reward = float(score)
+            t.info["reward_model_score"] = float(score)
+        return trajs
+
+    def score_remote(self, trajs: list[Trajectory], tasks: list[Task]) -> list[Trajectory]:
+        """With ``reward.remote_url`` the reward server scores every sample (in place of the env's reward).
+
+        The client retries with backoff; a batch still unscored after ``reward.retries`` marks its
+        samples failed (reward 0, ``info["error"]``) and training goes on, or stops with a clear error
+        when ``reward.remote_strict`` is set. An item the server could not score fails that sample only.
+        """
+        if self.remote_reward is None:
+            return trajs
+        from rewards.client import RemoteRewardError
+
+        by_id = {t.id: t for t in tasks}
+        todo = [t for t in trajs if not t.info.get("failed")]
+        responses = [t.info["response"] if "response" in t.info else "".join(t.info.get("responses", []))
+                     for t in todo]
+        try:
+            results = self.remote_reward.score_batch(responses, [by_id[t.task_id] for t in todo])
+        except RemoteRewardError as e:
+            if self.cfg.reward.remote_strict:
+                raise RuntimeError(f"reward server {self.cfg.reward.remote_url} failed and reward.remote_strict "
+                                   f"is set: {e}") from e
+            log.error("reward server failed; %d samples marked failed: %s", len(todo), e)
+            results = [None] * len(todo)
+            for t in todo:
+                t.info.update(failed=True, error=f"remote reward: {e}")
+        for t, r in zip(todo, results):
+            t.reward = 0.0 if r is None else float(r.score)
+            if r is not None:
+                t.info["reward_components"] = dict(r.components)
+                if r.info.get("error"):
+                    t.info.update(failed=True, error=f"remote reward: {r.info['error']}")
+        return trajs
+
+    def sample(self, tasks: list[Task]) -> list[Trajectory]:
+        """Rollouts of ``tasks`` with final rewards: remote reward or reward model, then the optional
+        overlong penalty."""
+        with self.timer("generate"):
+            trajs = self.rollout(tasks)
+        with self.timer("reward"):
+            trajs = self.score_unverified(self.score_remote(trajs, tasks))
+            a = self.cfg.algo
+            if a.overlong_buffer:
+                apply_overlong_penalty(trajs, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
+        return trajs
+
+    def select(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """Dynamic sampling: with ``algo.drop_zero_std_groups`` keep informative groups and refill from
+        the data (``algo.max_refill_rounds``). Returns (batch, every trajectory generated, metrics)."""
+        if not self.cfg.algo.drop_zero_std_groups:
+            return trajs, trajs, {}
+
+        def draw(k: int) -> list[Trajectory]:
+            with self.timer("tasks"):
+                tasks = self.tasks.next(k)
+            return self.sample(tasks)
+
+        kept, generated, rounds = fill_batch(trajs, draw, self.cfg.data.prompts_per_step,
+                                             self.cfg.algo.max_refill_rounds)
+        return kept, generated, {"dynamic/groups_kept": float(num_groups(kept)), "dynamic/refill_rounds": float(rounds)}
+
+    def make_experience(self, trajs: list[Trajectory]) -> Experience | None:
+        """Token-exact batch (None when there is nothing to learn from)."""
+        if not trajs:
+            return None
+        return Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
+
+    def reference_and_values(self, exp: Experience) -> None:
+        """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps)."""
+        if self.learner.needs_old_logprobs(len(exp)):
+            exp.old_logprobs = self.learner.logprobs(exp)
+        if self.reference is not None:
+            exp.ref_logprobs = self.reference.logprobs(exp)
+        if self.critic is not None:
+            exp.values = self.critic.values(exp)
+
+    def advantages(self, exp: Experience) -> dict[str, float]:
+        """Advantages and returns from rewards (and the KL penalty when it is in the reward)."""
+        a = self.cfg.algo
+        kl = None
+        metrics: dict[str, float] = {}
+        if exp.ref_logprobs is not None:
+            current = exp.old_logprobs if exp.old_logprobs is not None else exp.engine_logprobs
+            kl = kl_penalty(current, exp.ref_logprobs, a.kl_estimator)
+            metrics["kl"] = masked_mean(kl, exp.action_mask).item()
+        exp.advantages, exp.returns = compute_advantages(
+            a.estimator, exp.rewards, exp.group_ids, exp.action_mask, values=exp.values,
+            kl=kl if a.kl_mode == "reward" else None, kl_coef=self.kl_ctl.value, gamma=a.gamma, lam=a.lam,
+            eps=a.adv_eps)
+        return metrics
+
+    def update(self, exp: Experience) -> dict[str, float]:
+        """Policy update; the adaptive KL coefficient follows the batch's KL."""
+        metrics = {f"loss/{k}": v for k, v in self.learner.train_step(exp, kl_coef=self.kl_ctl.value).items()}
+        if self.critic is not None:
+            metrics.update({f"critic/{k}": v for k, v in self.critic.train_step(exp).items()})
+        return metrics
+
+    def sync_weights(self) -> None:
+        """Push the policy's weights to the engine (free when the engine shares the model)."""
+        self.engine.load_weights(self.model.named_parameters())
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> dict[str, float]:
+        """One training step; returns its metrics."""
+        t = self.timer
+        start = time.perf_counter()
+        with t("tasks"):
+            tasks = self.tasks.next(self.cfg.data.prompts_per_step)
+        batch, trajs, metrics = self.select(self.sample(tasks))
+        with t("experience"):
+            exp = self.make_experience(batch)
+        metrics.update(rollout_metrics(trajs))
+        if exp is not None:
+            with t("reference"):
+                self.reference_and_values(exp)
+            with t("advantages"):
+                metrics.update(self.advantages(exp))
+            with t("update"):
+                metrics.update(self.update(exp))
+            with t("sync"):
+                self.sync_weights()
+            if "kl" in metrics:
+                self.kl_ctl.update(metrics["kl"], len(exp))
+        metrics["kl_coef"] = self.kl_ctl.value
+        metrics["samples_used"] = 0 if exp is None else len(exp)
+        metrics.update(t.pop())
+        metrics["time/step"] = time.perf_counter() - start
+        gen_time = metrics.get("time/generate", 0.0)
+        metrics["throughput/tokens_per_s"] = metrics["response_length/sum"] / max(gen_time, 1e-9)
+        metrics["throughput/samples_per_s"] = len(trajs) / max(metrics["time/step"], 1e-9)
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was."""
+        e = self.cfg.eval
+        with torch.random.fork_rng():
+            torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
+            metrics = evaluate(self.eval_executor, self.eval_tasks, eval_params(self.cfg), e.n_samples, e.k)
+        return {f"eval/{k}": v for k, v in metrics.items()}
+
+    def fit(self) -> dict[str, Any]:
+        """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after.
+
+        SIGTERM (a scheduler's preemption) finishes the current step, writes a checkpoint and returns
+        with ``summary["interrupted"]`` set; ``agentrl train --resume RUN_DIR`` continues the run.
+        """
+        with stop_on_sigterm(self):
+            return self._fit()
+
+    def _stopped(self, tracker: Tracker, before: dict[str, float], rl_seconds: float) -> dict[str, Any]:
+        """After SIGTERM: checkpoint now (skip the final evaluation) and say how to resume."""
+        path = self.save()
+        name = signal.Signals(self.stop_signal).name
+        tracker.print(f"{name}: checkpoint {path.name} written at step {self.step_idx}; "
+                      f"resume with: agentrl train CONFIG --resume {self.run_dir}")
+        return {"steps": self.step_idx, "rl_seconds": rl_seconds, "eval_before": before["eval/accuracy"],
+                "interrupted": name, "checkpoint": str(path)}
+
+    def _fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps, start_step=self.step_idx)
+        try:
+            if self.resumed:  # the run's first evaluation is in metrics.jsonl already
+                before = next((r for r in read_metrics(self.run_dir) if "eval/accuracy" in r),
+                              {"eval/accuracy": float("nan")})
+            else:
+                before = self.evaluate()
+                tracker.log(self.step_idx, before)
+            tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
+            started = time.perf_counter()
+            while self.step_idx < cfg.learner.total_steps and self.stop_signal is None:
+                if cfg.learner.max_seconds and time.perf_counter() - started > cfg.learner.max_seconds:
+                    tracker.print(f"time budget of {cfg.learner.max_seconds:.0f} s reached")
+                    break
+                metrics = self.step()
+                self.step_idx += 1
+                if cfg.log.eval_every and self.step_idx % cfg.log.eval_every == 0:
+                    metrics.update(self.evaluate())
+                tracker.log(self.step_idx, metrics)
+                self.last_metrics = metrics
+                if cfg.checkpoint.every and self.step_idx % cfg.checkpoint.every == 0:
+                    self.save()
+            rl_seconds = time.perf_counter() - started
+            if self.stop_signal is not None:
+                return self._stopped(tracker, before, rl_seconds)
+            after = self.evaluate()
+            tracker.log(self.step_idx, after)
+        finally:
+            tracker.close()
+        if cfg.checkpoint.save_final:
+            self.save()
+        plot = plot_curves(self.run_dir)
+        summary = {"steps": self.step_idx, "rl_seconds": rl_seconds,
+                   "eval_before": before["eval/accuracy"], "eval_after": after["eval/accuracy"],
+                   "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
+        print(f"held-out accuracy: after warm start {summary['eval_before']:.3f} -> after RL "
+              f"{summary['eval_after']:.3f} ({summary['eval_after'] - summary['eval_before']:+.3f}) "
+              f"in {self.step_idx} steps, {rl_seconds:.0f} s of RL", flush=True)
+        return summary
+
+    # ------------------------------------------------------------------ state
+    def save(self) -> Path:
+        state = {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
+                 "tasks": self.tasks.state_dict(), "kl_coef": self.kl_ctl.value, "metrics": self.last_metrics,
+                 "critic": None if self.critic is None else self.critic.state_dict()}
+        return ckpt.save_checkpoint(self.run_dir, self.step_idx, self.model, self.tokenizer, state,
+                                    keep=self.cfg.checkpoint.keep)
+
+    def _resume(self) -> None:
+        path = ckpt.latest_checkpoint(self.run_dir)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
+        from transformers import AutoModelForCausalLM
+
+        saved = AutoModelForCausalLM.from_pretrained(path / "policy")
+        self.model.load_state_dict(saved.state_dict())
+        state = ckpt.load_trainer_state(path)
+        self.learner.optimizer.load_state_dict(state["optimizer"])
+        self.learner.scheduler.load_state_dict(state["scheduler"])
+        self.tasks.load_state_dict(state["tasks"])
+        self.kl_ctl.value = state["kl_coef"]
+        if self.critic is not None and state.get("critic") is not None:
+            self.critic.load_state_dict(state["critic"])
+        self.step_idx, self.last_metrics = state["step"], state.get("metrics", {})
+        ckpt.truncate_metrics(self.run_dir, self.step_idx)  # rows the crashed run wrote after this checkpoint
+        ckpt.set_rng_state(state["rng"])
+        self.sync_weights()
+
+    # ------------------------------------------------------------------ wiring (overridden by the Ray trainer)
+    def build_reference(self) -> Any:
+        """A frozen copy of the initial policy, when the KL is used (``.logprobs(exp) -> (B,A)``)."""
+        if self.cfg.algo.kl_mode == "none":
+            return None
+        return FrozenModel(copy.deepcopy(self.model), self.cfg.learner.micro_batch_size, self.cfg.rollout.temperature)
+
+    def build_critic(self) -> Any:
+        """The value model for ``gae`` (``.values(exp)``, ``.train_step(exp)``); None otherwise."""
+        if self.cfg.algo.estimator != "gae":
+            return None
+        from agentrl.training.critic import Critic
+
+        return Critic.from_config(self.cfg, self.model_path)
+
+    def build_engine(self) -> Any:
+        return make_engine(self.cfg, self.model, self.tokenizer, self.model_path)
+
+    def build_learner(self) -> Any:
+        return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,
+                             max_new_tokens=self.cfg.rollout.max_new_tokens)
+
+    def build_remote_reward(self) -> Any:
+        """The reward server client when ``reward.remote_url`` is set (``rewards.client.RemoteReward``)."""
+        r = self.cfg.reward
+        if not r.remote_url:
+            return None
+        from rewards.client import RemoteReward
+
+        return RemoteReward(r.remote_url, reward=r.remote_reward, token=r.remote_token, timeout_s=r.timeout_s,
+                            retries=r.retries)
+
+    def build_reward_model(self) -> Any:
+        """Scores samples the env could not verify (``.score(trajectories) -> list[float]``)."""
+        if not self.cfg.reward.model:
+            return None
+        from agentrl.training.reward_model import RewardModel
+
+        return RewardModel.load(self.cfg.reward.model, tokenizer=self.tokenizer, device=self.cfg.model.device)
