@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from agentrl.rollout.engines import static_decode
 from agentrl.rollout.engines.base import Completion, SamplingParams
 
 
@@ -33,6 +34,9 @@ class HFEngine:
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.share_prompts = True  # prefill a repeated prompt once (benchmarks turn it off to compare)
+        # Llama-family models decode over a preallocated KV cache, compacting finished rows away
+        self.static = static_decode.supports(model)
+        self._decoder = static_decode.StaticDecoder()
         self._offloaded = False
 
     @property
@@ -80,7 +84,9 @@ class HFEngine:
         """KV-cached sampling: prefill once, then one token per forward. Returns (B,S) ids, logprobs.
 
         Identical prompts (the ``n`` samples of one task) are prefilled once and their KV cache is
-        repeated to every sample, so a group costs one prompt forward instead of ``n``.
+        repeated to every sample, so a group costs one prompt forward instead of ``n``. Llama-family
+        models then decode with ``static_decode`` (preallocated cache, finished rows dropped); others
+        with the transformers forward per token.
         """
         B = ids.shape[0]
         first, inverse = _distinct_rows(torch.cat([ids, mask], dim=1)) if self.share_prompts else (None, None)
@@ -92,6 +98,8 @@ class HFEngine:
             past.reorder_cache(inverse)
             logits, pos = logits[inverse], pos[inverse]
         next_pos = pos[:, -1:] + 1
+        if self.static:
+            return self._decoder.decode(self.model, past, logits, mask, next_pos, params, stops, self.pad_id, _sample)
         stop_t = torch.tensor(stops, device=ids.device)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks, lps = [], []

@@ -1,0 +1,161 @@
+"""A decode loop for Llama-family models over a preallocated KV cache, without transformers' per-step
+machinery (cache objects, mask builders, module hooks): one token per row per step, a handful of
+torch ops per layer, and finished rows dropped from the batch as they end.
+
+Used by ``HFEngine``'s ``loop`` sampler after transformers' own prefill; the same arithmetic as the
+transformers Llama / Qwen2 forward (RMSNorm, rotary embedding, SDPA with grouped KV heads, SiLU
+MLP), so greedy tokens match it. Models it does not recognise (``supports`` is False) keep the
+transformers decode step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from agentrl.rollout.engines.base import SamplingParams
+
+SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+
+
+def supports(model: Any) -> bool:
+    """True when ``model`` is a Llama / Qwen2 causal LM this loop reproduces exactly."""
+    cfg = getattr(model, "config", None)
+    if type(model).__name__ not in SUPPORTED or cfg is None:
+        return False
+    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "use_sliding_window", False):
+        return False
+    layers = model.model.layers
+    return all(not hasattr(layer.self_attn, "q_norm") for layer in layers)
+
+
+class _Weights:
+    """The model's weights as the decode step uses them (q/k/v and gate/up fused), rebuilt only when a
+    parameter changed in place since the last call (the learner's optimizer bumps ``_version``)."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, ...] | None = None
+        self.layers: list[tuple[torch.Tensor, ...]] = []
+
+    def get(self, model: Any) -> list[tuple[torch.Tensor, ...]]:
+        params = list(model.parameters())
+        key = tuple(id(p) for p in params) + tuple(p._version for p in params)
+        if key != self.key:
+            self.layers = [_fuse(layer) for layer in model.model.layers]
+            self.key = key
+        return self.layers
+
+
+def _fuse(layer: Any) -> tuple[torch.Tensor | None, ...]:
+    att, mlp = layer.self_attn, layer.mlp
+    qkv = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight])
+    qkv_b = (torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
+             if att.q_proj.bias is not None else None)
+    gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+    gu_b = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]) if mlp.gate_proj.bias is not None else None
+    return (layer.input_layernorm.weight, qkv, qkv_b, att.o_proj.weight, att.o_proj.bias,
+            layer.post_attention_layernorm.weight, gu, gu_b, mlp.down_proj.weight, mlp.down_proj.bias)
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return w * x.to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class StaticDecoder:
+    """Decodes after a transformers prefill: ``decode(past, logits, mask, next_pos, ...) -> (B,S) ids, logprobs``.
+
+    The KV cache is one preallocated (B, kv_heads, prompt_width + max_new_tokens, head_dim) tensor per
+    layer for keys and values, filled in place. When at least ``compact_fraction`` of the rows still
+    in the batch have ended, the batch is compacted (cache rows gathered), so finished rows stop
+    costing compute.
+    """
+
+    def __init__(self, compact_fraction: float = 0.25) -> None:
+        self.weights = _Weights()
+        self.compact_fraction = compact_fraction
+        self.compactions = 0  # how many times the last decode compacted its batch
+
+    def decode(self, model: Any, past: Any, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
+               params: SamplingParams, stops: list[int], pad_id: int,
+               sample: Callable[[torch.Tensor, SamplingParams], tuple[torch.Tensor, torch.Tensor]]
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``past``: the prefill's cache (one row per sample), ``logits`` (B,V) of each row's last prompt
+        token, ``mask`` (B,W) the prompts' attention mask, ``next_pos`` (B,1) the first new position."""
+        cfg = model.config
+        B, W = mask.shape
+        S = params.max_new_tokens
+        dev = logits.device
+        layers = self.weights.get(model)
+        nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
+        eps = cfg.rms_norm_eps
+        caches = []
+        for i in range(len(layers)):
+            k, v = _layer_kv(past, i)
+            K = k.new_empty((B, nkv, W + S, hd))
+            V = v.new_empty((B, nkv, W + S, hd))
+            K[:, :, :W], V[:, :, :W] = k, v
+            caches.append((K, V))
+        attend = torch.ones((B, W + S), dtype=torch.bool, device=dev)
+        attend[:, :W] = mask.bool()
+        emb_w = model.model.embed_tokens.weight
+        pos = next_pos + torch.arange(S, device=dev)[None]                              # (B,S)
+        cos, sin = model.model.rotary_emb(emb_w[:1][None], pos)                         # (B,S,hd)
+        final_w, head_w, head_b = model.model.norm.weight, model.lm_head.weight, model.lm_head.bias
+        stop_t = torch.tensor(stops, device=dev)
+        toks = torch.full((B, S), pad_id, dtype=torch.long, device=dev)
+        lps = torch.zeros((B, S), dtype=torch.float32, device=dev)
+        rows = torch.arange(B, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        self.compactions = 0
+        split = (nh * hd, nkv * hd, nkv * hd)
+        for step in range(S):
+            tok, lp = sample(logits, params)
+            tok = torch.where(done, torch.full_like(tok, pad_id), tok)
+            toks[rows, step], lps[rows, step] = tok, lp
+            done |= torch.isin(tok, stop_t)
+            n_done = int(done.sum())
+            if n_done == done.shape[0] or step == S - 1:
+                break
+            if n_done and n_done >= self.compact_fraction * done.shape[0]:
+                keep = (~done).nonzero().squeeze(1)
+                rows, tok, done, attend = rows[keep], tok[keep], done[keep], attend[keep]
+                cos, sin = cos[keep], sin[keep]
+                caches = [(K[keep], V[keep]) for K, V in caches]
+                self.compactions += 1
+            L = W + step + 1                                                            # keys after this token
+            b = tok.shape[0]
+            c, s = cos[:, step, None], sin[:, step, None]                               # (b,1,hd)
+            am = attend[:, None, None, :L]
+            x = F.embedding(tok, emb_w)                                                 # (b,hidden)
+            for (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, d_w, d_b), (K, V) in zip(layers, caches):
+                q, k, v = F.linear(_rms(x, ln1, eps), qkv_w, qkv_b).split(split, dim=-1)
+                q = _rotate(q.view(b, nh, hd), c, s)
+                K[:, :, L - 1] = _rotate(k.view(b, nkv, hd), c, s)
+                V[:, :, L - 1] = v.view(b, nkv, hd)
+                a = F.scaled_dot_product_attention(q[:, :, None], K[:, :, :L], V[:, :, :L], attn_mask=am,
+                                                   enable_gqa=nkv != nh)
+                x = x + F.linear(a.reshape(b, nh * hd), o_w, o_b)
+                g, u = F.linear(_rms(x, ln2, eps), gu_w, gu_b).chunk(2, dim=-1)
+                x = x + F.linear(F.silu(g) * u, d_w, d_b)
+            logits = F.linear(_rms(x, final_w, eps), head_w, head_b).float()
+        n = step + 1
+        return toks[:, :n].cpu(), lps[:, :n].cpu()
+
+
+def _layer_kv(past: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values (B, kv_heads, W, head_dim) of layer ``i`` from a transformers cache."""
+    if hasattr(past, "layers"):
+        return past.layers[i].keys, past.layers[i].values
+    return past[i][0], past[i][1]

@@ -1,0 +1,90 @@
+"""``HFEngine``'s static decode loop (``agentrl.rollout.engines.static_decode``) against the transformers
+forward per token it replaces: the same greedy tokens and log-probs, for Llama (multi-head and
+grouped KV heads) and Qwen2 (q/k/v biases), with left-padded prompts, shared prompts and rows that
+stop early (the batch is compacted as they end)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agentrl.rollout.engines import SamplingParams
+from agentrl.rollout.engines.hf import HFEngine
+from agentrl.rollout.engines.static_decode import supports
+
+VOCAB, EOS = 96, 1
+
+
+def tiny(kind: str, kv_heads: int) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    cfg = config_cls(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=128,
+                     eos_token_id=EOS, pad_token_id=0, tie_word_embeddings=kind == "llama")
+    torch.manual_seed(0)
+    model = model_cls(cfg).eval()
+    with torch.no_grad():  # sharper logits than the random init, so greedy choices are not near-ties
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    distinct = [torch.randint(2, VOCAB, (n,), generator=g).tolist() for n in (3, 7, 5, 1)]
+    return [p for p in distinct for _ in range(3)] + [[5, 6, 7, 8]]
+
+
+def both(engine: HFEngine, ps: list[list[int]], params: SamplingParams) -> tuple[list, list]:
+    engine.static = False
+    ref = engine.generate(ps, params)
+    engine.static = True
+    return ref, engine.generate(ps, params)
+
+
+@pytest.mark.parametrize("kind,kv_heads", [("llama", 4), ("llama", 2), ("qwen2", 2)])
+def test_greedy_matches_transformers_forward(kind, kv_heads):
+    engine = HFEngine(tiny(kind, kv_heads), SimpleNamespace(eos_token_id=EOS, pad_token_id=0))
+    assert engine.static and supports(engine.model)
+    ps = prompts()
+    ref, new = both(engine, ps, SamplingParams(max_new_tokens=24, temperature=0.0))
+    assert [c.token_ids for c in new] == [c.token_ids for c in ref]
+    assert [c.finish_reason for c in new] == [c.finish_reason for c in ref]
+    for a, b in zip(new, ref):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    # stop on tokens the greedy answers contain: rows end at different steps and the batch compacts
+    seen = [t for c in ref for t in c.token_ids[2:6]]
+    stops = tuple(sorted(set(seen), key=seen.count)[-3:])
+    params = SamplingParams(max_new_tokens=24, temperature=0.0, stop_token_ids=stops)
+    ref, new = both(engine, ps, params)
+    assert engine._decoder.compactions >= 1
+    assert any(c.finish_reason == "stop" for c in ref) and any(len(c.token_ids) > 6 for c in ref)
+    assert [c.token_ids for c in new] == [c.token_ids for c in ref]
+    for a, b in zip(new, ref):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_sampling_is_seeded_and_scored_like_the_forward():
+    """Sampled tokens repeat under a seed; each log-prob is the teacher-forced one at temperature 0.7."""
+    model = tiny("llama", 2)
+    engine = HFEngine(model, SimpleNamespace(eos_token_id=EOS, pad_token_id=0))
+    ps, params = prompts(), SamplingParams(max_new_tokens=16, temperature=0.7, seed=3, stop_token_ids=(2, 3, 4))
+    first, again = engine.generate(ps, params), engine.generate(ps, params)
+    assert [c.token_ids for c in first] == [c.token_ids for c in again]
+    for p, c in zip(ps, first):
+        seq = torch.tensor([p + c.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=seq).logits[0, len(p) - 1:-1].float() / 0.7
+        want = logits.log_softmax(-1).gather(-1, seq[0, len(p):, None]).squeeze(-1)
+        assert torch.allclose(torch.tensor(c.logprobs), want, atol=1e-4)
+
+
+def test_unsupported_models_keep_the_transformers_step():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2, n_positions=64))
+    assert not supports(model)
+    engine = HFEngine(model, SimpleNamespace(eos_token_id=EOS, pad_token_id=0))
+    assert not engine.static
