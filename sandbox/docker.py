@@ -7,6 +7,11 @@ limits, all capabilities dropped except those the supervisor needs to drop privi
 `no-new-privileges`; removed on `close()`. The supervisor's files are bind-mounted read-only from
 this package's `_runtime` directory, so the Docker daemon must run on this host. Jobs (with the test
 runner's secret) travel over the server's stdin, which the job's uid cannot read.
+
+There is no pid namespace per job, so the server is a child subreaper and, after each job, kills
+every process of the container's job uid and reaps it, and answers only once it has counted them
+all gone (`_runtime/_leftovers.py`): the next job in the container never meets one, running or as
+a zombie holding a slot of the uid's process limit.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runtime
 LABEL = "agentrl.sandbox"
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
            "typing", "json", "random", "statistics", "fractions", "decimal", "hashlib", "datetime")
+# pid 1 of each container; job processes never reach it (the fork-server is their subreaper)
 REAPER = "import os, time\nwhile True:\n    try: os.wait()\n    except ChildProcessError: time.sleep(1)"
 
 
@@ -185,7 +191,9 @@ class DockerSandbox(Sandbox):
         healthy = False
         try:
             result = container.server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
-            healthy = True
+            healthy = not result.get("leftovers")  # else processes outlived the job: drop the container
+            if not healthy:
+                log.warning("sandbox: %d processes outlived a job; removing its container", result["leftovers"])
             return result
         except Exception as exc:  # the server, the container or the daemon broke off
             return failed_result(f"docker sandbox error: {exc}")

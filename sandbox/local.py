@@ -184,7 +184,11 @@ class LocalSandbox(Sandbox):
         for attempt in range(2):  # a server that died (killed from outside) is replaced once
             server = self._acquire()
             try:
-                return server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
+                result = server.request({"op": "run", "job": job}, job["limits"]["timeout_s"] + 60.0)
+                if result.get("leftovers"):  # could not count the job's processes gone: retire it
+                    log.warning("sandbox: %d processes outlived a job; replacing its server", result["leftovers"])
+                    server.kill()
+                return result
             except ServerError as exc:
                 if attempt or "in time" in str(exc):
                     return failed_result(str(exc))

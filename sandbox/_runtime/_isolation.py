@@ -8,9 +8,10 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import signal
 import sys
 import tempfile
+
+from _leftovers import become_subreaper  # type: ignore[import-not-found]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -59,6 +60,7 @@ def probe(uid: int | None = None, container: bool = False) -> dict:
         uid = UID_BASE + os.getpid()  # unique among live servers: RLIMIT_NPROC is per uid
     iso: dict = {"root": root, "uid": uid if root else None, "container": container,
                  "namespaces": False, "cgroup": None, "reveal": _hidden_paths()}
+    become_subreaper()  # a job's orphans become ours to reap (see _leftovers)
     if root and not container:
         netns = _empty_netns()
         if netns is not None:
@@ -231,26 +233,6 @@ def isolate_filesystem(iso: dict, ns: bool, limits: dict, workdir: str) -> str:
                 os.close(fd)
         os.mkdir(workdir, 0o700)
     return workdir
-
-
-def kill_leftovers(iso: dict, pid: int) -> None:
-    """Without a pid namespace: kill the job's process group and, in a container, its uid."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    uid = iso.get("uid")
-    if uid is not None and iso.get("container"):
-        child = os.fork()
-        if child == 0:
-            os.setresuid(uid, uid, uid)
-            for _ in range(1000):  # again until none is left: a fork bomb forks while we kill
-                try:
-                    os.kill(-1, signal.SIGKILL)  # every process of this uid except this one
-                except ProcessLookupError:
-                    break
-            os._exit(0)
-        os.waitpid(child, 0)
 
 
 def cleanup(iso: dict, ns: bool, workdir: str) -> None:

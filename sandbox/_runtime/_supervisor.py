@@ -7,7 +7,8 @@ Per job the server S forks one child G (one fork of a big, warm process is the m
 G is pid 1 of a new pid namespace, with new mount and ipc namespaces, the server's empty network
 namespace, private /proc, /tmp, /dev/shm; it joins the server's cgroups, sets rlimits, drops to a
 non-root uid with a scrubbed environment and runs the program in-process (no exec). S enforces the
-wall clock: SIGKILL to G ends its whole pid namespace, so nothing outlives the job.
+wall clock: SIGKILL to G ends its whole pid namespace, so nothing outlives the job. Without a pid
+namespace (containers) S kills and reaps the rest itself before it answers (`_leftovers`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from _isolation import (  # type: ignore[import-not-found]
     CLONE_NEWPID,
     cleanup,
     isolate_filesystem,
-    kill_leftovers,
     make_workdir,
     oom_kills,
     prefer_oom_victim,
@@ -36,6 +36,7 @@ from _isolation import (  # type: ignore[import-not-found]
     setns,
     unshare_job,
 )
+from _leftovers import end_leftovers, kill_leftovers  # type: ignore[import-not-found]
 from _program import run_program, run_session  # type: ignore[import-not-found]
 
 PR_SET_PDEATHSIG = 1
@@ -180,8 +181,9 @@ def finish_job(proc: dict) -> dict:
     if proc["status"] is None:
         kill(proc)
         _reap(proc)
-    if not proc["iso"]["namespaces"]:
-        kill_leftovers(proc["iso"], proc["pid"])
+    # With a pid namespace the kernel has ended every process of the job before G could be
+    # reaped; without one, kill and reap the rest, and count them gone, before answering.
+    left = 0 if proc["iso"]["namespaces"] else end_leftovers(proc["iso"], proc["pid"])
     _drain_now(proc)
     cleanup(proc["iso"], proc["iso"]["namespaces"], proc["workdir"])
     for fd in proc["bufs"]:
@@ -198,6 +200,7 @@ def finish_job(proc: dict) -> dict:
         "stderr_truncated": proc["seen"][fds["err"]] > len(err),
         "duration_s": time.monotonic() - proc["start"],
         "report": bytes(proc["bufs"][fds["rep"]]).decode("utf-8", "replace"),
+        "leftovers": left,  # > 0: processes of the job outlived it; the client retires this server
     }
 
 

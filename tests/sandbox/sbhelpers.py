@@ -62,3 +62,31 @@ def assert_host_clean(sb: sandbox.Sandbox) -> None:
     assert uids, "expected the local sandbox to run jobs under a non-root uid"
     assert processes_of(uids) == []
     assert files_of(uids) == []
+
+
+FORK_BOMB = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"
+
+# Run as the job after another: how many processes of this uid it can see, zombies included (a
+# zombie still holds a slot of the uid's process limit), and how many children it can then start
+# and reap one after another (none when an earlier job's processes still fill the limit).
+OWN_PROCS_AND_FORKS = """
+import os
+me = os.getuid()
+seen = 0
+for p in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        seen += os.stat(f'/proc/{p}').st_uid == me
+    except OSError:
+        pass
+forks = 0
+try:
+    for _ in range(20):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        forks += 1
+except OSError:
+    pass
+print(seen, forks)
+"""

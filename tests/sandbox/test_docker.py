@@ -10,24 +10,18 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sbhelpers import broken_variant
+from sbhelpers import FORK_BOMB, OWN_PROCS_AND_FORKS, broken_variant
 
 import sandbox
 
 pytestmark = pytest.mark.docker
 
 OWN_PROCS = textwrap.dedent("""
-    import os, time
-    def live():  # processes of this uid, zombies (not yet reaped by the container's pid 1) aside
-        me, n = os.getuid(), 0
-        for p in filter(str.isdigit, os.listdir('/proc')):
-            try:
-                n += os.stat(f'/proc/{p}').st_uid == me and open(f'/proc/{p}/stat').read().split(')')[1].split()[0] != 'Z'
-            except OSError:
-                pass
-        return n
-    print(live())
+    import os
+    me = os.getuid()  # processes of this uid, zombies too: a job's processes must be reaped, not only dead
+    print(sum(os.stat(f'/proc/{p}').st_uid == me for p in filter(str.isdigit, os.listdir('/proc'))))
     """)
+BOMB_ROUNDS = 15
 
 
 def _client():
@@ -99,9 +93,23 @@ def test_nothing_survives_a_job(dsb: sandbox.Sandbox) -> None:
 
 
 def test_fork_bomb_then_healthy(dsb: sandbox.Sandbox) -> None:
-    res = dsb.run("import os\nwhile True:\n    try: os.fork()\n    except OSError: pass")
+    res = dsb.run(FORK_BOMB)
     assert res.status in ("timeout", "error", "killed", "memory")
     assert dsb.run(OWN_PROCS).stdout == "1\n"
+
+
+@pytest.mark.slow
+def test_fork_bombs_in_a_row() -> None:
+    """Each job after a fork bomb, in the same container, sees no process of the bomb (running or
+    a zombie) and can start processes of its own: the bomb's were reaped before its result."""
+    _client()
+    with sandbox.get_sandbox("docker", image="local", timeout_s=1.0, memory_mb=256, workers=1) as sb:
+        for i in range(BOMB_ROUNDS):
+            bomb = sb.run(FORK_BOMB)
+            assert bomb.status in ("timeout", "error", "killed", "memory"), (i, bomb.stderr[-500:])
+            after = sb.run(OWN_PROCS_AND_FORKS)
+            assert (i, after.stdout) == (i, "1 20\n"), after.stderr[-500:]
+        assert len(sb._all) == 1  # type: ignore[attr-defined]  # one container all along, never replaced
 
 
 def test_fake_pass_fails(dsb: sandbox.Sandbox) -> None:
