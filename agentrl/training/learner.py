@@ -17,30 +17,39 @@ from agentrl.algorithms import agg_loss, kl_penalty, masked_mean, policy_loss
 from agentrl.config import AlgoConfig, LearnerConfig
 from agentrl.training.experience import Experience
 from agentrl.training.packing import (
+    CHUNK_TOKENS,
+    decode,
+    lm_head,
     prompt_lengths,
     shared_prefix_logprobs,
+    states_logprobs,
     token_balanced_micro_batches,
-    token_logprobs,
 )
 
 
 def sequence_logprobs(model: Any, sequences: torch.Tensor, attention_mask: torch.Tensor, *,
                       temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
-                      prompt_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      prompt_lens: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                      chunk_tokens: int = CHUNK_TOKENS) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each next token: sequences, attention_mask (B,T) -> logprobs (B,A), entropy (B,A).
 
     Logits are divided by the sampling temperature, as the engine's were. The entropy carries a
     gradient only with ``entropy_grad`` (an entropy bonus); otherwise it is a detached metric.
     With ``prompt_lens`` (B,) of right-padded rows, rows that share a prompt run it once
     (``agentrl.training.packing.shared_prefix_logprobs``: same values and gradients, less compute).
+    The LM head runs ``chunk_tokens`` positions at a time (``agentrl.training.packing.states_logprobs``;
+    0: full logits). ``attention_mask`` may be a 4D mask with ``position_ids`` (packed SFT rows).
     """
-    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
+              chunk_tokens=chunk_tokens)
     if prompt_lens is not None:
         shared = shared_prefix_logprobs(model, sequences, attention_mask, prompt_lens, **kw)
         if shared is not None:
             return shared
-    logits = model(input_ids=sequences, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
-    return token_logprobs(logits, sequences[:, 1:], **kw)
+    head = lm_head(model, chunk_tokens)
+    _, states = decode(model, head, input_ids=sequences, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=False)
+    return states_logprobs(states[:, :-1], sequences[:, 1:], head, **kw)
 
 
 def shared_prompts(exp: Experience, enabled: bool = True) -> torch.Tensor | None:

@@ -12,6 +12,13 @@ Two exact rearrangements of the same computation:
   mini-batch's counts, so any partition gives the same gradient.
 
 The model is any Hugging Face causal LM whose cache supports ``reorder_cache`` (``DynamicCache``).
+
+Log-probs never need the full ``(B,T,V)`` logits: ``decode`` runs the decoder to its last hidden
+states and ``states_logprobs`` sends them through the LM head ``chunk_tokens`` positions at a time,
+each chunk checkpointed (its logits are recomputed in the backward pass instead of kept), so peak
+memory holds one chunk's logits instead of the batch's. Values and gradients are those of the full
+logits (tested to 1e-5). Models whose head is not a plain projection of the decoder's output (logit
+soft-capping or scaling) fall back to the full logits.
 """
 
 from __future__ import annotations
@@ -22,8 +29,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from agentrl.algorithms import entropy_from_logits
+
+CHUNK_TOKENS = 1024
+"""Positions per LM-head chunk in ``states_logprobs`` (0 = the full logits at once)."""
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0,
@@ -41,6 +52,59 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature: 
     return logprobs, entropy
 
 
+def lm_head(model: Any, chunk_tokens: int = CHUNK_TOKENS) -> Any | None:
+    """The output projection when log-probs can be computed in chunks of the decoder's hidden states;
+    None means "use the full logits": chunking off, a head with soft-capping or scaling, or a wrapper
+    (DDP, DeepSpeed) whose own forward must run."""
+    if chunk_tokens <= 0 or not any(c.__name__ in ("PreTrainedModel", "PeftModel") for c in type(model).__mro__):
+        return None
+    config = getattr(model, "config", None)
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None) not in (None, 1.0):
+        return None
+    head = model.get_output_embeddings()
+    return head if isinstance(head, torch.nn.Module) else None
+
+
+def decode(model: Any, head: Any | None, **inputs: Any) -> tuple[Any, torch.Tensor]:
+    """Run the model: (its output, the states ``states_logprobs`` scores), where the states are the
+    last hidden states (B,T,H) when ``head`` is given and the logits (B,T,V) otherwise."""
+    if head is None:
+        out = model(**inputs)
+        return out, out.logits
+    out = model.get_decoder()(**inputs)
+    return out, out.last_hidden_state
+
+
+def states_logprobs(states: torch.Tensor, targets: torch.Tensor, head: Any | None, *, temperature: float = 1.0,
+                    with_entropy: bool = False, entropy_grad: bool = False, chunk_tokens: int = CHUNK_TOKENS
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_logprobs`` of ``states`` (...,H) through ``head`` in chunks of ``chunk_tokens`` positions
+    (or of logits (...,V) when ``head`` is None): targets (...,) -> logprobs (...,), entropy (...,)."""
+    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    if head is None:
+        return token_logprobs(states, targets, **kw)
+    shape = targets.shape
+    flat, tgt = states.reshape(-1, states.shape[-1]), targets.reshape(-1)
+    step = max(1, chunk_tokens)
+
+    def chunk(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lp, ent = token_logprobs(head(h), t, **kw)
+        return lp, (ent if ent is not None else lp.new_zeros(()))
+
+    lps, ents = [], []
+    for start in range(0, flat.shape[0], step):
+        h, t = flat[start:start + step], tgt[start:start + step]
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(chunk, h, t, use_reentrant=False)
+        else:
+            lp, ent = chunk(h, t)
+        lps.append(lp)
+        ents.append(ent)
+    logprobs = torch.cat(lps).reshape(shape) if lps else flat.new_zeros(shape)
+    entropy = torch.cat(ents).reshape(shape) if (with_entropy or entropy_grad) and lps else None
+    return logprobs, entropy
+
+
 def prompt_lengths(action_mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Tokens before each row's first generated token (B,): action position ``t`` predicts token ``t+1``.
 
@@ -53,7 +117,8 @@ def prompt_lengths(action_mask: torch.Tensor, attention_mask: torch.Tensor) -> t
 
 def shared_prefix_logprobs(model: Any, sequences: torch.Tensor, attention_mask: torch.Tensor,
                            prompt_lens: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False,
-                           entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+                           entropy_grad: bool = False, chunk_tokens: int = CHUNK_TOKENS
+                           ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """``sequence_logprobs`` with each distinct prompt run once: (B,T) right-padded -> (B,A), (B,A).
 
     Returns None when no two rows share a prompt (the caller runs the plain forward). Positions past a
@@ -71,20 +136,22 @@ def shared_prefix_logprobs(model: Any, sequences: torch.Tensor, attention_mask: 
     ar_p = torch.arange(Pmax, device=sequences.device)
     p_mask = (ar_p[None] < P[first][:, None]).long()                                   # (U,Pmax) right-padded
     p_ids = sequences[first, :Pmax] * p_mask
-    out = model(input_ids=p_ids, attention_mask=p_mask, use_cache=True)
-    past, p_logits = out.past_key_values, out.logits                                  # (U,Pmax,V)
+    head = lm_head(model, chunk_tokens)
+    out, p_states = decode(model, head, input_ids=p_ids, attention_mask=p_mask, use_cache=True)  # (U,Pmax,H|V)
+    past = out.past_key_values
     past.reorder_cache(inverse)                                                       # one cache row per sample
     ar_s = torch.arange(S, device=sequences.device)
     s_mask = (ar_s[None] < (lens - P)[:, None]).long()                              # (B,S) right-padded
     s_pos = P[:, None] + ar_s[None]
     s_ids = sequences.gather(1, s_pos.clamp(max=T - 1)) * s_mask
-    s_logits = model(input_ids=s_ids, attention_mask=torch.cat([p_mask[inverse], s_mask], 1),
-                     position_ids=s_pos, past_key_values=past, use_cache=True).logits  # (B,S,V)
-    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
-    lp_p, ent_p = token_logprobs(p_logits[:, :-1], p_ids[:, 1:], **kw)               # (U,Pmax-1) inside prompts
-    last = p_logits[inverse, P - 1]                                                   # (B,V) predicts response[0]
-    lp_l, ent_l = token_logprobs(last, s_ids[:, 0], **kw)
-    lp_s, ent_s = token_logprobs(s_logits[:, :-1], s_ids[:, 1:], **kw)               # (B,S-1) inside responses
+    _, s_states = decode(model, head, input_ids=s_ids, attention_mask=torch.cat([p_mask[inverse], s_mask], 1),
+                         position_ids=s_pos, past_key_values=past, use_cache=True)   # (B,S,H|V)
+    kw = dict(temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
+              chunk_tokens=chunk_tokens)
+    lp_p, ent_p = states_logprobs(p_states[:, :-1], p_ids[:, 1:], head, **kw)        # (U,Pmax-1) inside prompts
+    last = p_states[inverse, P - 1]                                                   # (B,H|V) predicts response[0]
+    lp_l, ent_l = states_logprobs(last, s_ids[:, 0], head, **kw)
+    lp_s, ent_s = states_logprobs(s_states[:, :-1], s_ids[:, 1:], head, **kw)        # (B,S-1) inside responses
     # row layout [prompt positions (Pmax-1) | last prompt position | response positions (S-1)]
     t = torch.arange(T - 1, device=sequences.device)[None]
     idx = torch.where(t < P[:, None] - 1, t, Pmax - 1 + t - (P[:, None] - 1)).clamp(max=Pmax + S - 2)

@@ -179,15 +179,12 @@ def make_batch(examples: Sequence[Any], pad_id: int, packing: bool = False, pack
 
 
 def batch_logprobs(model: Any, batch: SFTBatch) -> torch.Tensor:
-    """Log-prob of each next token (R,A), through ``sequence_logprobs`` unless packed."""
+    """Log-prob of each next token (R,A) through ``sequence_logprobs`` (LM head in chunks; packed rows
+    with their 4D mask and position ids)."""
     device = next(model.parameters()).device
-    if batch.position_ids is None:
-        lp, _ = sequence_logprobs(model, batch.sequences.to(device), batch.attention_mask.to(device))
-        return lp
-    seq = batch.sequences.to(device)
-    logits = model(input_ids=seq, attention_mask=batch.attention_mask.to(device),
-                   position_ids=batch.position_ids.to(device), use_cache=False).logits[:, :-1].float()
-    return logits.gather(-1, seq[:, 1:].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    pos = None if batch.position_ids is None else batch.position_ids.to(device)
+    lp, _ = sequence_logprobs(model, batch.sequences.to(device), batch.attention_mask.to(device), position_ids=pos)
+    return lp
 
 
 def num_loss_tokens(examples: Sequence[Any]) -> int:
