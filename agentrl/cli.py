@@ -1,23 +1,35 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list.
+"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report.
 
-Configuration problems print one line (``agentrl: config error: ...``) and exit with status 2.
+Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
+optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
+``agentrl: error: ...``) and exit with status 2; ``--debug`` shows the traceback instead. Options
+may come anywhere among the overrides (``agentrl train CFG --run-dir X learner.lr=1e-4``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.training.trainer import Trainer
+    from agentrl.config.loading import check_model_path
+    from agentrl.run_dir import prepare_run_dir, run_dir_path
+    from agentrl.tracking import check_sinks
 
     cfg = load_config(args.config, args.overrides)
+    check_model_path(cfg.model.path)
+    check_sinks(cfg.log)
+    run_dir = prepare_run_dir(args.resume or run_dir_path(cfg, args.run_dir), resume=bool(args.resume),
+                              overwrite=args.overwrite)
+    from agentrl.training.trainer import Trainer
+
     trainer_cls: type = Trainer
     if cfg.cluster.mode == "ray":
         from agentrl.distributed.trainer import RayTrainer as trainer_cls
-    trainer = trainer_cls(cfg, run_dir=args.resume or args.run_dir, resume=bool(args.resume))
+    trainer = trainer_cls(cfg, run_dir=run_dir, resume=bool(args.resume))
     summary = trainer.fit()
     if summary.get("interrupted"):  # checkpointed after SIGTERM: 128 + 15, as a killed process reports
         import signal
@@ -28,18 +40,29 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.evaluation.command import run_eval
+    from agentrl.config.loading import check_model_path
+    from agentrl.evaluation.command import run_config_of, run_eval
 
     overrides = list(args.overrides)
     if args.env:
         overrides.append("eval.envs=[" + ", ".join(args.env) + "]")
-    cfg = load_config(args.config, overrides)
+    config = args.config
+    if config is None and args.model and (saved := run_config_of(args.model)) is not None:
+        config = saved  # a run or checkpoint dir: evaluate as the run did (its env, kwargs, sampling)
+        print(f"agentrl eval: using the run's config {saved}", file=sys.stderr)
+    cfg = load_config(config, overrides)
+    if args.model:
+        check_model_path(args.model, "--model")
     run_eval(cfg, args.out, model_path=args.model)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
     from agentrl.evaluation.report import write_report
+    from agentrl.run_dir import RunDirError
+
+    if not Path(args.run_dir).is_dir():
+        raise RunDirError(f"no such run directory {args.run_dir!r} (give the directory a run wrote, e.g. runs/NAME)")
 
     print(write_report(args.run_dir))
     return 0
@@ -58,17 +81,29 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.stages import config as stage_config
 
     module, fn, cls = STAGES[args.command]
+    from agentrl.config.loading import check_model_path
+    from agentrl.run_dir import prepare_run_dir, run_dir_path
+
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
-    summary = getattr(importlib.import_module(module), fn)(cfg, run_dir=args.run_dir)
+    check_model_path(cfg.model.path)
+    run_dir = prepare_run_dir(run_dir_path(cfg, args.run_dir), overwrite=args.overwrite,
+                              command=f"agentrl {args.command} CONFIG")
+    summary = getattr(importlib.import_module(module), fn)(cfg, run_dir=run_dir)
     print(json.dumps({k: summary[k] for k in ("steps", "seconds", "before", "after", "model_dir")}, indent=1))
     return 0
 
 
 def _envs(args: argparse.Namespace) -> int:
-    from agentrl.env import list_envs
+    import gymnasium
 
-    for env_id in list_envs():
-        print(env_id)
+    from agentrl.env import describe_env, list_envs
+
+    for env_id in list_envs(families=True):
+        if env_id not in gymnasium.registry:
+            print(env_id)
+            continue
+        about, kwargs = describe_env(env_id)
+        print(f"{env_id}  {about}" + (f"\n    kwargs: {kwargs}" if kwargs else ""))
     return 0
 
 
@@ -80,12 +115,14 @@ def _serve_reward(argv: list[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl", description="agentic RL gym with verifiable rewards")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a policy with RL from a YAML config")
     t.add_argument("config", help="YAML config file")
     t.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     t.add_argument("--run-dir", default=None, help="where to write the run (default from log.run_dir)")
     t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    t.add_argument("--overwrite", action="store_true", help="replace the run already in the run directory")
     t.set_defaults(fn=_train)
     v = sub.add_parser("eval", help="evaluate a model on registered envs: pass@k, maj@k, tables, eval.json")
     v.add_argument("overrides", nargs="*", help="dotted.key=value overrides (eval.n_samples=8 eval.k=[1,8])")
@@ -103,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("config", help="YAML config file")
         s.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
         s.add_argument("--run-dir", default=None, help="where to write the run (default from log.run_dir)")
+        s.add_argument("--overwrite", action="store_true", help="replace the run already in the run directory")
         s.set_defaults(fn=_stage)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
@@ -111,23 +149,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse with options allowed between the positionals (``CFG --run-dir X key=value``): the
+    subcommand's own parser reads its arguments intermixed (argparse cannot do that across subparsers)."""
+    parser = build_parser()
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    if argv and argv[0] in sub.choices:
+        args = sub.choices[argv[0]].parse_intermixed_args(argv[1:])
+        args.command = argv[0]
+    else:
+        args = parser.parse_args(argv)
+    args.debug = debug
+    return args
+
+
+def one_line(e: BaseException) -> str:
+    """The first line of an error's message (the class name when it has none)."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve-reward":
         return _serve_reward(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     from agentrl.config import ConfigError
+    from agentrl.env import EnvError
 
     try:
         return args.fn(args)
-    except ConfigError as e:
-        print(f"agentrl: config error: {e}", file=sys.stderr)
+    except (ConfigError, EnvError) as e:  # the user's config, env or run directory
+        if args.debug:
+            raise
+        print(f"agentrl: config error: {one_line(e)}", file=sys.stderr)
         return 2
-    except KeyError as e:
-        if "unknown environment" in str(e):
-            print(f"agentrl: config error: {e.args[0]}", file=sys.stderr)
-            return 2
-        raise
+    except (OSError, ImportError) as e:  # a model path, a missing file or an optional package
+        if args.debug:
+            raise
+        hint = f" (pip install {e.name})" if isinstance(e, ModuleNotFoundError) and e.name else ""
+        print(f"agentrl: error: {type(e).__name__}: {one_line(e)}{hint} (--debug shows the traceback)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -88,6 +88,17 @@ class TextEnv(gymnasium.Env):
 NAMESPACE = "agentrl"
 
 
+class EnvError(ValueError):
+    """An env that cannot be made as configured (import path, class name, kwargs), in one line with the fix."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownEnvError(EnvError, KeyError):
+    """An env id that is not registered (a ``KeyError`` too, as lookups in a registry raise)."""
+
+
 def register(env_id: str, entry_point: str | type, **kwargs: Any) -> None:
     """Register an environment in gymnasium's registry (``agentrl/Name-v0`` ids)."""
     if env_id in gymnasium.registry:
@@ -103,19 +114,107 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
     ``reference_answer``) stay reachable.
     """
     load_plugins()
+    prefix, sep, rest = env_id.partition(":")
+    if sep and prefix in _families and env_id not in gymnasium.registry:
+        return load_object(_families[prefix][0])(rest, **kwargs)
     if env_id not in gymnasium.registry and ":" in env_id and "/" not in env_id.split(":")[0]:
-        cls = load_object(env_id)
-        return cls(**kwargs)
+        return _construct(env_class(env_id, env_id), kwargs, env_id)
     if env_id not in gymnasium.registry:
         known = ", ".join(sorted(k for k in gymnasium.registry if k.startswith(NAMESPACE + "/")))
-        raise KeyError(f"unknown environment {env_id!r}; registered: {known}")
+        raise UnknownEnvError(f"unknown environment {env_id!r}; registered: {known} (or give module:Class, or "
+                              f"register it with env.register: {{{env_id}: module:Class}})")
+    spec = gymnasium.registry[env_id]
+    if isinstance(spec.entry_point, str):  # import it here, for errors that name the fix
+        _construct(env_class(spec.entry_point, env_id), {**(spec.kwargs or {}), **kwargs}, env_id, check_only=True)
     return gymnasium.make(env_id, **kwargs).unwrapped
 
 
-def list_envs() -> list[str]:
-    """Every registered ``agentrl/`` environment id."""
+def env_class(path: str, env_id: str) -> Any:
+    """The class at ``module:Class`` for env ``env_id``, or an :class:`EnvError` saying what to fix."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise EnvError(f"env {env_id!r}: expected 'module:Class', got {path!r}")
+    try:
+        obj = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and module.split(".")[0] == e.name.split(".")[0]:
+            raise EnvError(f"env {env_id!r}: no module named {e.name!r}; put the directory holding {module}.py on "
+                           f"PYTHONPATH (PYTHONPATH=DIR agentrl train ...) or pip install its package") from e
+        raise EnvError(f"env {env_id!r}: module {module!r} imports {e.name!r}, which is not installed "
+                       f"(pip install {e.name})") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            envs = sorted(n for n, v in vars(obj).items() if isinstance(v, type) and issubclass(v, gymnasium.Env)
+                          and v.__module__ == getattr(obj, "__name__", None))
+            raise EnvError(f"env {env_id!r}: module {module!r} has no class {attr!r}"
+                           + (f"; env classes there: {', '.join(envs)}" if envs else ""))
+        obj = getattr(obj, part)
+    return obj
+
+
+def _construct(cls: Any, kwargs: dict[str, Any], env_id: str, check_only: bool = False) -> Any:
+    """``cls(**kwargs)``, with an unknown keyword named against the ones the class takes."""
+    import inspect
+
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        bad = sorted(set(kwargs) - set(sig.parameters))
+        if bad:
+            valid = ", ".join(n for n in sig.parameters if n not in ("self", "render_mode")) or "none"
+            raise EnvError(f"env {env_id!r}: unknown keyword {bad[0]!r} in env.kwargs; "
+                           f"{getattr(cls, '__name__', cls)} takes: {valid}")
+    return None if check_only else cls(**kwargs)
+
+
+def describe_env(env_id: str) -> tuple[str, str]:
+    """(one-line description, keyword arguments with defaults) of a registered env, for ``envs list``."""
+    import inspect
+
+    spec = gymnasium.registry[env_id]
+    try:
+        cls = env_class(spec.entry_point, env_id) if isinstance(spec.entry_point, str) else spec.entry_point
+    except Exception as e:  # noqa: BLE001 - a broken env must not break the listing
+        return f"(cannot import: {e})", ""
+    doc = (inspect.getdoc(cls) or "").strip().splitlines()
+    try:
+        params = [p for p in inspect.signature(cls).parameters.values()
+                  if p.name not in ("self", "render_mode") and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    except (TypeError, ValueError):
+        params = []
+    fixed = spec.kwargs or {}
+    def short(v: Any) -> str:
+        r = repr(v)
+        return r if len(r) <= 24 else r[:20] + "..." + r[-1]
+
+    kwargs = ", ".join(f"{p.name}={short(fixed.get(p.name, p.default))}" if p.default is not p.empty or p.name in fixed
+                       else p.name for p in params)
+    return (doc[0] if doc else ""), kwargs
+
+
+def list_envs(families: bool = False) -> list[str]:
+    """Every registered ``agentrl/`` environment id; with ``families``, also the ids that family
+    listers name (``reasoning_gym:leg_counting``, ... for the families whose package is installed)."""
     load_plugins()
-    return sorted(k for k in gymnasium.registry if k.startswith(NAMESPACE + "/"))
+    ids = sorted(k for k in gymnasium.registry if k.startswith(NAMESPACE + "/"))
+    if families:
+        for _, lister in _families.values():
+            ids += load_object(lister)() if lister else []
+    return ids
+
+
+_families: dict[str, tuple[str, str | None]] = {}
+
+
+def register_family(prefix: str, factory: str, lister: str | None = None) -> None:
+    """Route ids ``prefix:REST`` to ``factory(REST, **kwargs)`` (``module:function`` strings, imported on
+    first use). ``lister() -> list[str]`` names the family's ids for ``agentrl envs list`` ([] when its
+    package is not installed). Adapters of other frameworks register this way (``openrlhf:FILE.py``)."""
+    _families[prefix] = (factory, lister)
 
 
 def load_object(path: str) -> Any:

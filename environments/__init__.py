@@ -27,3 +27,6 @@ def register_all() -> None:
 
     for env_id, entry_point in BUILTIN.items():
         register(env_id, entry_point)
+    from environments.adapters import register_families
+
+    register_families()

@@ -43,13 +43,27 @@ def register(name: str, fn: Callable[..., Any] | None = None) -> Any:
 
 
 def as_reward(fn: Callable[..., Any]) -> RewardFn:
-    """Wrap ``fn`` so that it always returns a :class:`RewardResult` (floats are wrapped)."""
+    """Wrap ``fn`` so that it always returns a :class:`RewardResult` (floats are wrapped).
+
+    Reward functions of other frameworks are recognised by their parameter names and adapted
+    (:mod:`rewards.foreign`): OpenRLHF ``reward_func(queries, prompts, labels, **kwargs)``, verl
+    ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` and TRL
+    ``f(prompts, completions, **columns)``.
+    """
+    from rewards.foreign import adapt, flavour
+
+    if getattr(fn, "_agentrl_reward", False):
+        return fn
+    kind = flavour(fn)
+    call = fn if kind == "agentrl" else adapt(fn, kind)
+
     @wraps(fn)
     def reward(response: str, task: Task) -> RewardResult:
-        out = fn(response, task)
+        out = call(response, task)
         if isinstance(out, RewardResult):
             return out
         return RewardResult(float(out), {"score": float(out)}, {})
+    reward._agentrl_reward = True  # type: ignore[attr-defined]
     return reward
 
 
@@ -63,11 +77,18 @@ def available() -> list[str]:
 
 
 def load_object(spec: str) -> Any:
-    """Import ``"package.module:attr"``."""
-    module, _, attr = spec.partition(":")
+    """Import ``"package.module:attr"``, or load ``"path/to/file.py:attr"`` from the file."""
+    module, _, attr = spec.rpartition(":") if ".py:" in spec else spec.partition(":")
     if not module or not attr:
-        raise ValueError(f"expected 'module:function', got {spec!r}")
-    obj: Any = importlib.import_module(module)
+        raise ValueError(f"expected 'module:function' or 'FILE.py:function', got {spec!r}")
+    if module.endswith(".py"):
+        from rewards.foreign import load_file
+
+        obj: Any = load_file(module)
+        if not hasattr(obj, attr):
+            raise AttributeError(f"{module} defines no {attr!r}")
+        return getattr(obj, attr)
+    obj = importlib.import_module(module)
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj

@@ -28,8 +28,9 @@ class TinyModelConfig:
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    enabled: bool = False
-    """Run a short SFT on the env's reference answers before RL (cached by content hash)."""
+    enabled: bool | None = None
+    """Run a short SFT on the env's reference answers before RL (cached by content hash); null (auto): on with
+    the tiny model when the env gives reference answers, off otherwise (the run says which and why)."""
     examples: int = 500
     """Distinct training tasks the warm start learns from."""
     max_steps: int = 3000
@@ -78,6 +79,9 @@ class EnvConfig:
     """Overrides of ``kwargs`` for the dev env (warm-start selection)."""
     register: dict[str, str] = field(default_factory=dict)
     """Extra registrations ``{id: module:Class}`` made before the env is created."""
+    step_timeout_s: float = 0.0
+    """Deadline of one ``env.step`` in seconds: past it that episode fails (error in its info) and the
+    hung worker is replaced (0 = no deadline)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,12 @@ class RolloutConfig:
     """Render chat prompts with the tokenizer's chat template."""
     max_batch_size: int = 512
     """Largest batch the engine generates at once."""
+    env_workers: int = 8
+    """Worker threads that step environments concurrently (1 = one after another, in the caller)."""
+    async_: bool = False
+    """``rollout.async``: generate the next steps' rollouts while the learner trains."""
+    max_staleness: int = 1
+    """With rollout.async: no trained sample is more than this many policy versions old (0 = synchronous)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,30 @@ class AlgoConfig:
     """DAPO overlong penalty: a linear penalty in the last N tokens before rollout.max_new_tokens (0 = off)."""
     overlong_penalty: float = 1.0
     """Penalty at the token budget itself (it grows linearly from 0 across overlong_buffer)."""
+    policy_loss: str = "ppo"
+    """Policy loss: ppo (clipped surrogate) | cispo (clipped detached IS weight) | sapo (soft gate)."""
+    sapo_tau_pos: float = 1.0
+    """SAPO gate temperature for positive advantages."""
+    sapo_tau_neg: float = 1.05
+    """SAPO gate temperature for negative advantages."""
+    tis_cap: float = 0.0
+    """Token-level truncated IS between engine and learner log-probs: weight cap (0 = off)."""
+    mis_low: float = 0.0
+    """Sequence-level masking: lower bound of a sample's geometric-mean IS ratio."""
+    mis_high: float = 0.0
+    """Sequence-level masking: upper bound of the ratio (0 = off)."""
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    r: int = 0
+    """LoRA rank (0 = off: full fine-tuning); ``learner.lora.r=8`` trains rank-8 adapters instead."""
+    alpha: float = 16.0
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input."""
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Module names that get adapters (``all-linear``: every linear layer but the LM head)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +217,8 @@ class LearnerConfig:
     """Training steps (batches)."""
     max_seconds: float = 0.0
     """Stop RL after this many seconds (0 = no limit); checked between steps."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Low-rank adapters (peft) instead of full fine-tuning; the reference is the base with adapters off."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +238,9 @@ class RewardConfig:
     those samples failed, reward 0, and go on)."""
     model: str | None = None
     """Reward model (HF dir) for samples the env could not verify."""
+    fn: str | None = None
+    """A reward function replacing the env's score in process: a name, ``module:function`` or
+    ``FILE.py:FUNCTION`` (ours, an OpenRLHF ``reward_func``, a verl ``compute_score`` or a TRL reward)."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +303,10 @@ class LogConfig:
     """Evaluate on held-out tasks every N steps (0 = only before and after)."""
     eval_greedy: bool = True
     """Evaluate with greedy decoding."""
+    samples_every: int = 10
+    """Append a few training episodes (prompt, response, reward) to ``samples.jsonl`` every N steps (0 = off)."""
+    samples_per_step: int = 4
+    """Episodes written each time."""
 
 
 @dataclass(frozen=True)

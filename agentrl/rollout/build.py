@@ -17,7 +17,29 @@ def make_env(cfg: RunConfig, overrides: dict[str, Any] | None = None) -> TextEnv
     """The configured env, with ``overrides`` on top of ``env.kwargs``."""
     for env_id, entry_point in cfg.env.register.items():
         register(env_id, entry_point)
-    return make(cfg.env.id, **{**cfg.env.kwargs, **(overrides or {})})
+    env = make(cfg.env.id, **{**cfg.env.kwargs, **(overrides or {})})
+    if cfg.reward.fn:
+        with_reward_fn(env, cfg.reward.fn)
+    return env
+
+
+def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
+    """Replace ``env``'s score with the reward function ``spec`` (``reward.fn``: a name,
+    ``module:function`` or ``FILE.py:FUNCTION`` of our, OpenRLHF's, verl's or TRL's signature)."""
+    from rewards.registry import get_reward
+
+    if type(env).step is not TextEnv.step and not hasattr(env, "inner"):
+        raise ValueError(f"reward.fn replaces the score of single-turn envs (or a tool env's inner env); "
+                         f"{type(env).__name__} scores in its own step")
+    try:
+        fn = get_reward(spec)
+    except KeyError as e:
+        raise ValueError(f"reward.fn: {e.args[0]}") from None
+    target = getattr(env, "inner", env)
+    target.score = fn  # the instance's score, so env.step (and copies of the env) call it
+    if target is not env:
+        env.score = fn
+    return env
 
 
 def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
@@ -60,7 +82,19 @@ def sampling_params(cfg: RunConfig, greedy: bool = False) -> SamplingParams:
 
 
 def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> Any:
-    """Single-turn executor (multi-turn envs get the multi-turn one)."""
+    """Single-turn executor (multi-turn envs get the multi-turn one; black-box agents and raw-text
+    feedback envs the executors of ``agentrl.rollout.executors.agent``)."""
+    if getattr(env, "agent_program", None) is not None:
+        from agentrl.rollout.executors.agent import BlackBoxExecutor
+
+        return BlackBoxExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
+                                chat_template=cfg.rollout.chat_template)
+    if getattr(env, "raw_feedback", False):
+        from agentrl.rollout.executors.agent import RawFeedbackExecutor
+
+        return RawFeedbackExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
+                                   chat_template=cfg.rollout.chat_template,
+                                   max_total_tokens=cfg.rollout.max_total_tokens or None)
     if getattr(env, "max_turns", 1) > 1:
         from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 

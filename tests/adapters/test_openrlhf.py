@@ -1,0 +1,56 @@
+"""OpenRLHF files used unchanged: an agent file as the env, a reward_func as the run's reward and as a
+reward-server plugin."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import agentrl
+from agentrl.config import load_config
+from agentrl.rollout.build import make_env
+from agentrl.types import Task
+from tests.adapters.conftest import FILES, sums, train
+
+
+def test_agent_file_trains_two_steps(tmp_path, jsonl, tiny):
+    data = jsonl([{"question": p, "answer": a} for p, a in sums()])
+    env = {"id": f"openrlhf:{FILES / 'agent_func.py'}",
+           "kwargs": {"dataset": data, "prompt_key": "question", "label_key": "answer", "max_turns": 2}}
+    steps = train(tmp_path, tiny, env)
+    assert all(r["samples_used"] == 16 for r in steps)
+
+
+def test_agent_file_episode_is_raw_text_and_rewards_sum(tmp_path, jsonl):
+    data = jsonl([{"prompt": "1+1=", "label": "2"}])
+    env = agentrl.make(f"openrlhf:{FILES / 'agent_func.py'}", dataset=data)
+    obs, info = env.reset(options={"task": env.tasks[0]})
+    assert obs == "1+1=" and env.raw_feedback
+    fb, r1, done, _, step_info = env.step("3")
+    assert (fb, r1, done) == (" wrong, again: ", 0.0, False)
+    assert step_info["reward_components"] == {"scores": 0.0, "turn": 1.0}
+    assert env.transcript == "1+1=3 wrong, again: "
+    _, r2, done, _, _ = env.step(" 2")
+    assert (r2, done) == (1.0, True)
+    assert "openrlhf.utils.agent" in sys.modules  # the shim stands in for the package
+
+
+def test_custom_execute_is_refused(tmp_path, jsonl):
+    agent = tmp_path / "custom.py"
+    agent.write_text((FILES / "agent_func.py").read_text() + (
+        "\n    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):\n"
+        "        return {}\n"))
+    with pytest.raises(ValueError, match="custom execute is not supported"):
+        agentrl.make(f"openrlhf:{agent}", dataset=jsonl([{"prompt": "a", "label": "b"}]))
+
+
+def test_reward_func_replaces_the_env_score(tmp_path, tiny):
+    env = {"id": "agentrl/Arithmetic-v0", "kwargs": {"digits": 1, "terms": 2, "operators": "+",
+                                                     "template": "{expr}=", "bare_answer": True}}
+    steps = train(tmp_path, tiny, env, reward={"fn": f"{FILES / 'reward_func.py'}:reward_func"})
+    assert all(r["reward/mean"] >= 0.1 for r in steps)  # the env alone gives 0.0 for a wrong answer
+    env = make_env(load_config(None, ["env.id=agentrl/Arithmetic-v0", f"reward.fn={FILES}/reward_func.py:reward_func"]))
+    env.reset(options={"task": Task("t", "1+2=", "3")})
+    assert env.step("3")[1:3] == (1.0, True) and env.step("4")[1] == pytest.approx(0.1)
+    assert env.step("3")[4]["reward_components"] == {"exact": 1.0, "scores": 1.0}
