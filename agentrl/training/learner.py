@@ -8,6 +8,7 @@ on the micro-batch size.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -74,19 +75,29 @@ def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, tempera
 
 
 class FrozenModel:
-    """A model that only scores (the reference policy): ``logprobs(exp) -> (B,A)``."""
+    """A model that only scores (the reference policy): ``logprobs(exp) -> (B,A)``.
 
-    def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0, shared_prefix: bool = True
-                 ) -> None:
-        self.model = model.eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+    With ``disable_adapters`` the model is the LoRA policy itself, scored with its adapters off (its
+    base weights: no second copy); it is left trainable. Otherwise the model is frozen.
+    """
+
+    def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0, shared_prefix: bool = True,
+                 disable_adapters: bool = False) -> None:
+        self.model = model
+        self.disable_adapters = disable_adapters
+        if not disable_adapters:
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
         self.micro_batch_size = micro_batch_size
         self.temperature = temperature if temperature > 0 else 1.0
         self.shared_prefix = shared_prefix
 
     def logprobs(self, exp: Experience) -> torch.Tensor:
-        return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix)
+        from agentrl.training.lora import adapters_disabled
+
+        with adapters_disabled(self.model) if self.disable_adapters else contextlib.nullcontext():
+            return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix)
 
 
 def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, algo: AlgoConfig,

@@ -33,6 +33,7 @@ from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch,
 from agentrl.tracking import StageTimer, Tracker, plot_curves, read_metrics
 from agentrl.training.experience import Experience
 from agentrl.training.learner import FrozenModel, PolicyLearner
+from agentrl.training.lora import apply_lora, is_lora, load_adapter, parameter_report, policy_weights
 from agentrl.training.metrics import rollout_metrics
 from agentrl.training.signals import stop_on_sigterm
 from agentrl.training.tasks import TaskSource, seed_everything
@@ -60,6 +61,7 @@ class Trainer:
         if cfg.model.warm_start.enabled:  # on resume too (cached): the reference is the warm-started policy
             self.warm = warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
                                    make_env(cfg, cfg.env.dev_kwargs))
+        self.model = apply_lora(self.model, cfg.learner.lora)  # learner.lora.r > 0: adapters train, not the base
         self.reference = self.build_reference()
         self.critic = self.build_critic()
         self.engine = self.build_engine()
@@ -188,13 +190,17 @@ class Trainer:
     def update(self, exp: Experience) -> dict[str, float]:
         """Policy update; the adaptive KL coefficient follows the batch's KL."""
         metrics = {f"loss/{k}": v for k, v in self.learner.train_step(exp, kl_coef=self.kl_ctl.value).items()}
+        metrics.update(parameter_report(self.model, self.learner.optimizer))  # trainable params, optimizer MB
         if self.critic is not None:
             metrics.update({f"critic/{k}": v for k, v in self.critic.train_step(exp).items()})
         return metrics
 
     def sync_weights(self) -> None:
-        """Push the policy's weights to the engine (free when the engine shares the model)."""
-        self.engine.load_weights(self.model.named_parameters())
+        """Push the policy's weights to the engine (free when the engine shares the model; a LoRA policy
+        sends its merged weights)."""
+        if getattr(self.engine, "model", None) is self.model:
+            return
+        self.engine.load_weights(policy_weights(self.model))
 
     # ------------------------------------------------------------------ the loop
     def step(self) -> dict[str, float]:
@@ -309,8 +315,10 @@ class Trainer:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
         from transformers import AutoModelForCausalLM
 
-        saved = AutoModelForCausalLM.from_pretrained(path / "policy")
-        self.model.load_state_dict(saved.state_dict())
+        if is_lora(self.model):  # the checkpoint holds the adapter only
+            load_adapter(self.model, path / "policy")
+        else:
+            self.model.load_state_dict(AutoModelForCausalLM.from_pretrained(path / "policy").state_dict())
         state = ckpt.load_trainer_state(path)
         self.learner.optimizer.load_state_dict(state["optimizer"])
         self.learner.scheduler.load_state_dict(state["scheduler"])
@@ -328,6 +336,9 @@ class Trainer:
         """A frozen copy of the initial policy, when the KL is used (``.logprobs(exp) -> (B,A)``)."""
         if self.cfg.algo.kl_mode == "none":
             return None
+        if is_lora(self.model):  # the base weights themselves, scored with the adapters off
+            return FrozenModel(self.model, self.cfg.learner.micro_batch_size, self.cfg.rollout.temperature,
+                               disable_adapters=True)
         return FrozenModel(copy.deepcopy(self.model), self.cfg.learner.micro_batch_size, self.cfg.rollout.temperature)
 
     def build_critic(self) -> Any:

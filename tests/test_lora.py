@@ -1,0 +1,109 @@
+"""LoRA (peft): only adapters train, the reference is the same base weights with adapters off, merged
+weights equal peft's own merge, checkpoints hold the adapter, export writes a plain model."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from agentrl.config import load_config  # noqa: E402
+from agentrl.config.sections import LoraConfig  # noqa: E402
+from agentrl.models import load_causal_lm  # noqa: E402
+from agentrl.training.learner import sequence_logprobs  # noqa: E402
+from agentrl.training.lora import (  # noqa: E402
+    apply_lora,
+    export_merged,
+    parameter_report,
+    policy_weights,
+)
+from agentrl.training.trainer import Trainer  # noqa: E402
+from tests.test_packing import make_batch  # noqa: E402
+
+ARGS = ["model.warm_start.enabled=false", "data.prompts_per_step=4", "rollout.n_samples=4", "data.eval_tasks=4",
+        "rollout.max_new_tokens=4", "log.progress=false", "log.tensorboard=false", "algo.kl_mode=loss",
+        "algo.kl_coef=0.1", "algo.entropy_coef=0.05", "learner.lr=5e-2", "learner.total_steps=1",
+        "learner.lora.r=8", "learner.lora.alpha=16", "env.kwargs={digits: 2, template: '{expr}=', bare_answer: true}"]
+
+
+def scores(model, exp):
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(model, exp.sequences, exp.attention_mask)
+    return lp * exp.action_mask
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A LoRA GRPO run of one step with a KL loss (the reference is needed), checkpointed."""
+    run = tmp_path_factory.mktemp("lora") / "run"
+    cfg = load_config(None, ARGS)
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, run_dir=run)
+    base = load_causal_lm(trainer.model_path, device="cpu")
+    exp = make_batch(trainer.tokenizer)
+    before = scores(trainer.model, exp)
+    trainer.step()
+    trainer.step_idx = 1
+    ckpt = trainer.save()
+    return trainer, base, exp, before, ckpt
+
+
+def test_config_turns_lora_on_and_only_adapters_train(trained):
+    trainer, base, *_ = trained
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    report = parameter_report(trainer.model, trainer.learner.optimizer)
+    n_lora = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    assert report["params/trainable"] == n_lora
+    assert report["params/total"] == sum(p.numel() for p in base.parameters()) + n_lora
+    n_tensors = sum(1 for p in trainer.model.parameters() if p.requires_grad)
+    # AdamW: two fp32 moments per parameter and a step count per tensor
+    assert report["memory/optimizer_mb"] == pytest.approx((8 * n_lora + 4 * n_tensors) / 2**20)
+    for name, p in trainer.model.get_base_model().named_parameters():  # the base did not move
+        if ".lora_" not in name:
+            torch.testing.assert_close(p, base.state_dict()[name.replace(".base_layer.", ".")], atol=0, rtol=0)
+
+
+def test_reference_is_the_base_with_adapters_off_sharing_its_storage(trained):
+    trainer, base, exp, before, _ = trained
+    ref = trainer.reference
+    assert ref.model is trainer.model  # no second copy
+    policy_ptrs = {p.data_ptr() for p in trainer.model.parameters()}
+    assert {p.data_ptr() for p in ref.model.parameters()} == policy_ptrs
+    after = scores(trainer.model, exp)
+    assert (after - before).abs().max() > 1e-3  # the adapters moved the policy
+    torch.testing.assert_close(ref.logprobs(exp)[:, :before.shape[1]] * exp.action_mask, scores(base, exp),
+                               atol=1e-5, rtol=0)
+    assert all(p.requires_grad for n, p in trainer.model.named_parameters() if ".lora_" in n)  # still trainable
+
+
+def test_merged_weights_are_peft_merge_and_load_into_a_plain_model(trained):
+    trainer, base, exp, *_ = trained
+    merged = dict(policy_weights(trainer.model))
+    assert set(merged) == {n for n, _ in base.named_parameters()}
+    plain = load_causal_lm(trainer.model_path, device="cpu")
+    plain.load_state_dict(merged, strict=False)
+    torch.testing.assert_close(scores(plain, exp), scores(trainer.model, exp), atol=1e-5, rtol=0)
+
+
+def test_checkpoint_holds_the_adapter_and_export_merges_it(trained, tmp_path):
+    trainer, _, exp, _, ckpt = trained
+    policy = Path(ckpt) / "policy"
+    assert (policy / "adapter_model.safetensors").exists() and not (policy / "model.safetensors").exists()
+    resumed = Trainer(load_config(None, ARGS), run_dir=trainer.run_dir, resume=True)
+    torch.testing.assert_close(scores(resumed.model, exp), scores(trainer.model, exp), atol=1e-6, rtol=0)
+    out = export_merged(trainer.run_dir, tmp_path / "merged")
+    plain = load_causal_lm(out, device="cpu")
+    assert not hasattr(plain, "peft_config")
+    torch.testing.assert_close(scores(plain, exp), scores(trainer.model, exp), atol=1e-5, rtol=0)
+
+
+def test_bad_lora_settings_fail_clearly(tiny_arith):
+    path, _ = tiny_arith
+    model = load_causal_lm(path, device="cpu")
+    with pytest.raises(ValueError, match="lora.target_modules"):
+        apply_lora(model, LoraConfig(r=4, target_modules=["no_such_proj"]))
+    with pytest.raises(ValueError, match="alpha > 0"):
+        apply_lora(model, LoraConfig(r=4, alpha=0))
+    assert apply_lora(model, LoraConfig(r=0)) is model
