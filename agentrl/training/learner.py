@@ -14,8 +14,17 @@ from typing import Any
 
 import torch
 
-from agentrl.algorithms import agg_loss, kl_penalty, masked_mean, policy_loss
+from agentrl.algorithms import (
+    agg_loss,
+    cispo_loss,
+    correction_weights,
+    kl_penalty,
+    masked_mean,
+    policy_loss,
+    sapo_loss,
+)
 from agentrl.config import AlgoConfig, LearnerConfig
+from agentrl.training.buckets import length_buckets
 from agentrl.training.experience import Experience
 from agentrl.training.packing import (
     CHUNK_TOKENS,
@@ -106,13 +115,30 @@ def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, al
 
     ``lp``, ``ent`` (B,A) from ``sequence_logprobs``; ``norm`` holds the mini-batch's global counts.
     Metrics are this micro-batch's masked means (``policy_loss`` is already globally normalised).
+    With ``algo.tis_cap`` / ``algo.mis_high`` the token losses are weighted by the off-policy
+    correction between the engine's log-probs and the old (or, on-policy, current) log-probs.
     """
     mask = micro.action_mask
     old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
-    loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-                          dual_clip=algo.dual_clip, ratio_type=algo.ratio_type, agg=algo.loss_agg, **norm)
+    weights, stats = None, {}
+    if micro.engine_logprobs is not None:
+        w = correction_weights(old, micro.engine_logprobs, mask, tis_cap=algo.tis_cap,
+                               mis_low=algo.mis_low, mis_high=algo.mis_high)
+        weights = w if algo.tis_cap > 0 or algo.mis_high > 0 else None
+        stats["mismatch/logprob_abs_diff_mean"] = masked_mean((old - micro.engine_logprobs).abs(), mask).item()
+        stats["mismatch/is_weight_mean"] = masked_mean(w, mask).item()
+    if algo.policy_loss == "cispo":
+        loss, m = cispo_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                             agg=algo.loss_agg, weights=weights, **norm)
+    elif algo.policy_loss == "sapo":
+        loss, m = sapo_loss(lp, old, micro.advantages, mask, tau_pos=algo.sapo_tau_pos, tau_neg=algo.sapo_tau_neg,
+                            agg=algo.loss_agg, weights=weights, **norm)
+    else:
+        loss, m = policy_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                              dual_clip=algo.dual_clip, ratio_type=algo.ratio_type, agg=algo.loss_agg,
+                              weights=weights, **norm)
     stats = {"policy_loss": loss.item(), "clipfrac": m["clipfrac"].item(), "ratio": m["ratio"].item(),
-             "entropy": masked_mean(ent.detach(), mask).item(), "kl": 0.0}
+             "entropy": masked_mean(ent.detach(), mask).item(), "kl": 0.0, **stats}
     if algo.kl_mode == "loss" and micro.ref_logprobs is not None:
         kl = kl_penalty(lp, micro.ref_logprobs, algo.kl_estimator)
         loss = loss + kl_coef * agg_loss(kl, mask, algo.loss_agg, **norm)
@@ -133,6 +159,9 @@ def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: in
 
 class PolicyLearner:
     """Holds the policy, its optimizer and scheduler; ``train_step`` runs PPO-style epochs."""
+
+    # a length bucket is split off when it saves more padded tokens than this (-1: never split)
+    bucket_overhead_tokens = 512
 
     def __init__(self, model: Any, learner: LearnerConfig, algo: AlgoConfig, *, temperature: float = 1.0,
                  max_new_tokens: int | None = None) -> None:
@@ -181,7 +210,7 @@ class PolicyLearner:
             share = micro.action_mask.sum().item() / max(num_tokens, 1)
             acc["policy_loss"] += stats.pop("policy_loss")
             for k, v in stats.items():
-                acc[k] += v * share
+                acc[k] = acc.get(k, 0.0) + v * share
             loss.backward()
         grad_norm = self._clip_and_step()
         acc.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0])
@@ -189,12 +218,21 @@ class PolicyLearner:
 
     def micro_batches(self, mini: Experience) -> list[Experience]:
         """``micro_batch_size`` consecutive samples, or with ``micro_batch_tokens`` groups partitioned into
-        micro-batches of about that many tokens (Karmarkar–Karp); the gradient is the same either way."""
+        micro-batches of about that many tokens (Karmarkar–Karp); each then cut into length buckets
+        (``agentrl.training.buckets``) so padding is not trained on. The gradient is the same either way."""
         if self.cfg.micro_batch_tokens <= 0:
-            return mini.split(self.cfg.micro_batch_size)
-        parts = token_balanced_micro_batches(mini.attention_mask.sum(-1).tolist(), mini.group_ids.tolist(),
-                                             self.cfg.micro_batch_tokens)
-        return [mini.select(torch.tensor(p)) for p in parts]
+            micros = mini.split(self.cfg.micro_batch_size)
+        else:
+            parts = token_balanced_micro_batches(mini.attention_mask.sum(-1).tolist(), mini.group_ids.tolist(),
+                                                 self.cfg.micro_batch_tokens)
+            micros = [mini.select(torch.tensor(p)) for p in parts]
+        if self.bucket_overhead_tokens < 0:
+            return micros
+        out = []
+        for micro in micros:
+            buckets = length_buckets(micro.attention_mask.sum(-1).tolist(), self.bucket_overhead_tokens)
+            out += [micro] if len(buckets) == 1 else [micro.select(torch.tensor(b)) for b in buckets]
+        return out
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]

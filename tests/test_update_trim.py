@@ -1,0 +1,86 @@
+"""The learner's update runs on real tokens (length buckets, each trimmed) with the one-batch loss and
+gradient."""
+
+import copy
+
+import pytest
+import torch
+
+from agentrl.config import AlgoConfig, LearnerConfig
+from agentrl.models import load_causal_lm, load_tokenizer
+from agentrl.training.buckets import length_buckets, padded_tokens
+from agentrl.training.experience import Experience
+from agentrl.training.learner import PolicyLearner
+from agentrl.types import Segment, Trajectory
+
+
+def test_length_buckets_hand_computed():
+    lengths = [10, 2, 10, 2]
+    # one batch costs 4 x 10 = 40 tokens; two buckets 2 x 10 + 2 x 2 = 24
+    assert length_buckets(lengths, overhead_tokens=0) == [[0, 2], [1, 3]]
+    assert padded_tokens(lengths, length_buckets(lengths, 0)) == 24
+    assert length_buckets(lengths, overhead_tokens=15) == [[0, 2], [1, 3]]   # 24 + 15 < 40
+    assert length_buckets(lengths, overhead_tokens=16) == [[0, 1, 2, 3]]     # 24 + 16 = 40: fewer buckets win
+    assert length_buckets([5], 0) == [[0]]
+
+
+def test_length_buckets_cover_every_row_once_and_never_cost_more():
+    g = torch.Generator().manual_seed(0)
+    for n in (3, 17, 64, 300):
+        lengths = torch.randint(1, 200, (n,), generator=g).tolist()
+        for overhead in (0, 64, 512):
+            buckets = length_buckets(lengths, overhead)
+            assert sorted(i for b in buckets for i in b) == list(range(n))
+            assert padded_tokens(lengths, buckets) + overhead * (len(buckets) - 1) <= n * max(lengths)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_arith):
+    path, _ = tiny_arith
+    return load_causal_lm(path, device="cpu"), load_tokenizer(path)
+
+
+def uneven_batch(tok) -> Experience:
+    """Two groups of 6 samples whose responses run 1-40 tokens (most of a padded batch is padding)."""
+    g = torch.Generator().manual_seed(3)
+    trajs = []
+    for gid, prompt in enumerate(["12+34=", "7+8="]):
+        p = tok(prompt)["input_ids"]
+        for k in (1, 2, 5, 12, 33, 40):
+            resp = torch.randint(3, len(tok), (k,), generator=g).tolist()
+            logp = (-torch.rand(k, generator=g)).tolist()
+            trajs.append(Trajectory(prompt_ids=p, segments=[Segment(resp, True, logp)], reward=float(k % 2),
+                                    group_id=gid, task_id=str(gid)))
+    exp = Experience.from_trajectories(trajs, tok.pad_token_id)
+    exp.advantages = torch.randn(exp.action_mask.shape, generator=g) * exp.action_mask
+    return exp
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
+def test_bucketed_update_has_the_one_batch_gradient(tiny, shared_prefix, loss_agg):
+    model, tok = tiny
+    exp = uneven_batch(tok)
+    exp.old_logprobs = exp.action_mask * -0.5  # off the current policy: ratios and clipping take part
+    results = []
+    for overhead in (-1, 0):
+        m = copy.deepcopy(model)
+        learner = PolicyLearner(m, LearnerConfig(grad_clip=0.0, shared_prefix=shared_prefix),
+                                AlgoConfig(loss_agg=loss_agg), max_new_tokens=40)
+        learner.bucket_overhead_tokens = overhead
+        learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # parameters move by exactly -grad
+        learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
+        parts = learner.micro_batches(exp)
+        assert (len(parts) == 1) == (overhead < 0)
+        before = [p.detach().clone() for p in m.parameters()]
+        metrics = learner.train_step(exp)
+        grads = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, m.parameters())])
+        results.append((grads, metrics))
+    (g0, m0), (g1, m1) = results
+    assert g0.abs().max() > 0
+    torch.testing.assert_close(g1, g0, atol=1e-6, rtol=1e-5)
+    for key in ("policy_loss", "entropy", "clipfrac", "ratio"):
+        assert m1[key] == pytest.approx(m0[key], abs=1e-6), key
+    # the buckets cost fewer tokens than the padded batch
+    lengths = exp.attention_mask.sum(-1).tolist()
+    assert padded_tokens(lengths, length_buckets(lengths, 0)) < len(lengths) * max(lengths)
