@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/agentrl train examples/configs/cpu_demo.yaml
+	$(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

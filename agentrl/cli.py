@@ -93,6 +93,18 @@ def _stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    """``agentrl export SOURCE OUT``: a plain HF model (LoRA adapters merged) from a run or checkpoint."""
+    from agentrl.training.lora import export_merged
+
+    try:
+        print(export_merged(args.source, args.out))
+    except FileNotFoundError as e:
+        print(f"agentrl: export: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _envs(args: argparse.Namespace) -> int:
     import gymnasium
 
@@ -142,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--run-dir", default=None, help="where to write the run (default from log.run_dir)")
         s.add_argument("--overwrite", action="store_true", help="replace the run already in the run directory")
         s.set_defaults(fn=_stage)
+    x = sub.add_parser("export", help="write a plain Hugging Face model (LoRA adapters merged) from a run")
+    x.add_argument("source", help="run dir (its latest checkpoint), checkpoint dir or policy dir")
+    x.add_argument("out", help="output directory")
+    x.set_defaults(fn=_export)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)

@@ -1,17 +1,28 @@
-"""Metrics: ``metrics.jsonl`` always, TensorBoard by default, wandb when configured, a progress bar,
-a per-stage timer, and PNG learning curves at the end."""
+"""Metrics: ``metrics.jsonl`` always, TensorBoard by default, wandb when configured, a progress bar
+(on a terminal; a plain status line every few steps in a log file), a per-stage timer, a sample of
+the training episodes in ``samples.jsonl``, and PNG learning curves at the end."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import LogConfig
+from agentrl.config import ConfigError, LogConfig
+from agentrl.types import Trajectory
+
+
+def check_sinks(cfg: LogConfig) -> None:
+    """Fail before a run starts when a configured sink cannot work (wandb not installed)."""
+    if cfg.wandb_project and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb_project is set but wandb is not installed: pip install wandb "
+                          "(or drop log.wandb_project)")
 
 
 class StageTimer:
@@ -44,15 +55,17 @@ class Tracker:
         self.run_dir, self.cfg = run_dir, cfg
         self.path = run_dir / "metrics.jsonl"
         self._tb = self._wandb = self._progress = None
+        self.total_steps, self._plain = total_steps, cfg.progress and not sys.stdout.isatty()
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
         if cfg.wandb_project:
+            check_sinks(cfg)
             import wandb  # optional dependency
 
             self._wandb = wandb.init(project=cfg.wandb_project, name=cfg.name, config=config, dir=str(run_dir))
-        if cfg.progress:
+        if cfg.progress and not self._plain:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
@@ -70,7 +83,7 @@ class Tracker:
                     self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
             self._wandb.log(metrics, step=step)
-        if self._progress is not None and "reward/mean" in metrics:
+        if (self._progress is not None or self._plain) and "reward/mean" in metrics:
             status = f"reward {metrics.get('reward/mean', float('nan')):.3f}"
             if "throughput/tokens_per_s" in metrics:
                 status += f" | {metrics['throughput/tokens_per_s']:.0f} tok/s"
@@ -78,7 +91,10 @@ class Tracker:
                 status += f" | {metrics['time/step']:.2f} s/step"
                 stages = [f"{k[5:]} {v:.2f}" for k, v in metrics.items() if k.startswith("time/") and k != "time/step"]
                 status += f" ({', '.join(stages)})" if stages else ""
-            self._progress.update(self._task, completed=step, status=status)
+            if self._progress is not None:
+                self._progress.update(self._task, completed=step, status=status)
+            elif step % max(1, self.total_steps // 20) == 0 or step == self.total_steps:
+                print(f"step {step}/{self.total_steps} | {status}", flush=True)  # a whole line in a log file
 
     def print(self, text: str) -> None:
         """A line above the progress bar (or plain print)."""
@@ -134,3 +150,29 @@ def plot_curves(run_dir: Path, keys: tuple[str, ...] = ("reward/mean", "eval/acc
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def write_samples(run_dir: Path, step: int, trajs: list[Trajectory], tokenizer: Any, cfg: LogConfig) -> None:
+    """Every ``log.samples_every`` steps, append ``log.samples_per_step`` episodes (prompt, response,
+    reward, turns, how it ended) to ``samples.jsonl`` in the run directory."""
+    if not cfg.samples_every or step % cfg.samples_every or not trajs:
+        return
+    picked = trajs[::max(1, len(trajs) // max(1, cfg.samples_per_step))][:cfg.samples_per_step]
+    with open(Path(run_dir) / "samples.jsonl", "a", encoding="utf-8") as f:
+        for t in picked:
+            response = "".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in t.segments)
+            f.write(json.dumps({"step": step, "task_id": t.task_id, "group_id": t.group_id,
+                                "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=True),
+                                "response": response, "reward": t.reward, "turns": t.info.get("turns", 1),
+                                "end_reason": t.info.get("end_reason"), "truncated": t.truncated,
+                                "error": t.info.get("error")}) + "\n")
+
+
+def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step: int = 0) -> str:
+    """The last line of ``agentrl train``: held-out accuracy before and after RL, and the steps that ran."""
+    before, after = summary["eval_before"], summary["eval_after"]
+    start = "after warm start" if warm else "before RL"
+    steps = f"{steps_run} steps" + (f" (steps {start_step + 1}-{start_step + steps_run} of a resumed run)"
+                                    if start_step else "")
+    return (f"held-out accuracy: {start} {before:.3f} -> after RL {after:.3f} ({after - before:+.3f}) "
+            f"in {steps}, {summary['rl_seconds']:.0f} s of RL")

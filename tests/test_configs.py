@@ -83,7 +83,8 @@ def test_tiny_config_trains_two_steps(path, tmp_path):
     from agentrl.checkpoint import latest_checkpoint
     from agentrl.training.trainer import Trainer
 
-    cfg = load_config(path, ["learner.total_steps=2", "log.progress=false", "log.tensorboard=false"])
+    cfg = load_config(path, ["learner.total_steps=2", "log.progress=false", "log.tensorboard=false",
+                             "model.warm_start.enabled=false"])
     missing = [e for e in _env_ids(cfg) if e not in list_envs()]
     if missing:
         pytest.skip(f"not registered yet: {missing}")

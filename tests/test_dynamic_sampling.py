@@ -84,7 +84,7 @@ def test_trainer_refills_and_penalises(tmp_path):
                              "data.prompts_per_step=2", "rollout.n_samples=2", "rollout.max_new_tokens=4",
                              "data.eval_tasks=2", "log.progress=false", "log.tensorboard=false",
                              "algo.drop_zero_std_groups=true", "algo.max_refill_rounds=2",
-                             "algo.overlong_buffer=2", "learner.total_steps=1"])
+                             "algo.overlong_buffer=2", "learner.total_steps=1", "model.warm_start.enabled=false"])
     trainer = Trainer(cfg, run_dir=tmp_path)
     metrics = trainer.step()
     assert metrics["dynamic/refill_rounds"] <= 2

@@ -72,7 +72,7 @@ def test_cli_train_writes_run_artifacts(tmp_path):
 @pytest.mark.parametrize("content,override,message", [
     ("model: [unclosed\n", [], "malformed YAML"),
     ("algo:\n  estimater: rloo\n", [], "unknown key 'algo.estimater'"),
-    ("algo:\n  estimator: grpo\n", [], "algo.estimator: unknown value 'grpo'; valid: gae,"),
+    ("algo:\n  estimator: grpoo\n", [], "algo.estimator: unknown value 'grpoo'; valid: gae,"),
     ("", ["learner.lr=fast"], "learner.lr: expected a number"),
     ("env:\n  id: agentrl/Nope-v0\n", ["model.warm_start.enabled=false"], "unknown environment"),
 ])

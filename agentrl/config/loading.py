@@ -7,6 +7,7 @@ problem (and the valid keys or values).
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import types
 import typing
 from pathlib import Path
@@ -27,6 +28,7 @@ CHOICES = {
     "algo.kl_mode": ("none", "reward", "loss"),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "algo.ratio_type": ("token", "sequence"),
+    "algo.policy_loss": ("ppo", "cispo", "sapo"),
     "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
     "rollout.engine": ("hf", "vllm"),
     "cluster.mode": ("local", "ray"),
@@ -36,6 +38,13 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.device": ("auto", "cpu", "cuda"),
 }
+
+
+ALIASES = {
+    "algo.estimator": {"grpo": "group_norm", "reinforce++": "reinforce", "reinforce_pp": "reinforce", "ppo": "gae",
+                       "dr-grpo": "dr_grpo"},
+}
+"""Names users know, mapped to the canonical name at load time (saved configs stay canonical)."""
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -94,22 +103,26 @@ def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
+    data = {_field_name(k): v for k, v in data.items()}  # rollout.async is the field ``async_``
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
         raise ConfigError(f"unknown key '{where}'; valid keys{' in ' + prefix if prefix else ''}: "
-                          f"{', '.join(fields)}")
+                          f"{', '.join(_key_name(f) for f in fields)}")
     kwargs = {}
     for name, value in data.items():
-        where = f"{prefix}.{name}" if prefix else name
+        where = f"{prefix}.{_key_name(name)}" if prefix else _key_name(name)
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
             kwargs[name] = build(tp, value, where)
             continue
         value = _check_type(value, tp, where)
+        if isinstance(value, str) and where in ALIASES:
+            value = ALIASES[where].get(value.lower(), value)
         if where in CHOICES and value not in CHOICES[where]:
-            raise ConfigError(f"{where}: unknown value {value!r}; valid: {', '.join(CHOICES[where])}")
+            also = f" (or {', '.join(ALIASES[where])})" if where in ALIASES else ""
+            raise ConfigError(f"{where}: unknown value {value!r}; valid: {', '.join(map(str, CHOICES[where]))}{also}")
         kwargs[name] = value
     return cls(**kwargs)
 
@@ -170,11 +183,40 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return build(cls, data)
 
 
+def _field_name(key: Any) -> Any:
+    """A config key that is a Python keyword (``async``) names the field ``async_``."""
+    return f"{key}_" if isinstance(key, str) and keyword.iskeyword(key) else key
+
+
+def _key_name(field_name: str) -> str:
+    """The config key of a field (``async_`` -> ``async``)."""
+    stem = field_name[:-1]
+    return stem if field_name.endswith("_") and keyword.iskeyword(stem) else field_name
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """The config as plain nested dicts (for saving beside the run)."""
-    return dataclasses.asdict(cfg)
+    """The config as plain nested dicts (for saving beside the run), keyed as in YAML."""
+    def keys(d: Any) -> Any:
+        return {_key_name(k): keys(v) for k, v in d.items()} if isinstance(d, dict) else d
+
+    return {_key_name(f.name): (keys(dataclasses.asdict(v)) if dataclasses.is_dataclass(v) else v)
+            for f in dataclasses.fields(cfg) for v in [getattr(cfg, f.name)]}
 
 
 def save_config(cfg: Any, path: str | Path) -> None:
     """Write the resolved config as YAML."""
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+
+
+def check_model_path(path: str, key: str = "model.path") -> None:
+    """A ``model.path`` that names a local path (absolute, relative with ``./``, a ``.gguf`` file, several
+    ``/`` parts, or under an existing directory) must exist: say so in one line, before any hub lookup.
+    ``tiny``, aliases and ``org/name`` hub ids pass through."""
+    p = Path(path).expanduser()
+    if path == "tiny" or p.exists():
+        return
+    local = (path.startswith(("/", ".", "~")) or path.endswith(".gguf") or path.count("/") >= 2 or "\\" in path
+             or (len(p.parts) > 1 and Path(p.parts[0]).is_dir()))
+    if local:
+        raise ConfigError(f"{key}: no such directory {path!r} (give a Hugging Face model directory, a .gguf file, "
+                          f"a hub id such as org/name, or tiny)")

@@ -192,18 +192,6 @@ class LoraConfig:
 
 
 @dataclass(frozen=True)
-class LoraConfig:
-    r: int = 0
-    """LoRA rank (0 = off: full fine-tuning); ``learner.lora.r=8`` trains rank-8 adapters instead."""
-    alpha: float = 16.0
-    """LoRA scaling numerator (the update is scaled by alpha / r)."""
-    dropout: float = 0.0
-    """Dropout on the adapters' input."""
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    """Module names that get adapters (``all-linear``: every linear layer but the LM head)."""
-
-
-@dataclass(frozen=True)
 class LearnerConfig:
     lr: float = 1e-6
     """Policy learning rate (AdamW)."""
@@ -229,8 +217,6 @@ class LearnerConfig:
     """Training steps (batches)."""
     max_seconds: float = 0.0
     """Stop RL after this many seconds (0 = no limit); checked between steps."""
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    """Low-rank adapters (peft) instead of full fine-tuning; the reference is the base with adapters off."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters (peft) instead of full fine-tuning; the reference is the base with adapters off."""
 

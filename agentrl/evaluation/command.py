@@ -11,9 +11,33 @@ from typing import Any
 
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.env import fixed_tasks
-from agentrl.evaluation.metrics import TaskResult, eval_params, evaluate_tasks, summarize, tables
+from agentrl.evaluation.metrics import (
+    TaskResult,
+    eval_params,
+    evaluate_tasks,
+    skipped_metrics,
+    summarize,
+    tables,
+)
 from agentrl.models import load_policy
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
+
+
+def run_config_of(model: str | Path) -> Path | None:
+    """The ``config.yaml`` of the run that ``model`` belongs to (a run dir, a checkpoint dir or its
+    ``policy`` dir, a stage's final model dir), or None for any other model."""
+    import yaml
+
+    path = Path(model)
+    for candidate in (path, path.parent, path.parent.parent, path.parent.parent.parent):
+        saved = candidate / "config.yaml"
+        if saved.is_file() and (candidate / "checkpoints").is_dir():
+            try:
+                data = yaml.safe_load(saved.read_text(encoding="utf-8"))
+            except yaml.YAMLError:
+                return None
+            return saved if isinstance(data, dict) and "algo" in data else None  # an RL run's config
+    return None
 
 
 def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> dict[str, Any]:
@@ -38,7 +62,8 @@ def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> di
         results += evaluate_tasks(executor, tasks, params, n, dataset=env_id)
     report = {"model": str(path), "envs": cfg.eval.envs or [cfg.env.id], "n_samples": n, "k": list(cfg.eval.k),
               "sampling": asdict(params), "overall": summarize(results, cfg.eval.k),
-              **tables(results, cfg.eval.k), "samples": [asdict(r) for r in results]}
+              "skipped": skipped_metrics(results, cfg.eval.k), **tables(results, cfg.eval.k),
+              "samples": [asdict(r) for r in results]}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(report, indent=1))
@@ -63,6 +88,8 @@ def print_tables(report: dict[str, Any]) -> None:
             table.add_row(name, f"{r['tasks']:.0f}", f"{r['accuracy']:.3f}",
                           *[f"{r[c]:.3f}" if c in r else "-" for c in cols], f"{r['response_length']:.1f}")
         console.print(table)
+    for name, why in report.get("skipped", {}).items():
+        console.print(f"{name}: not computed, {why}")
 
 
 def _metric_order(name: str) -> tuple[bool, float]:

@@ -116,6 +116,20 @@ def summarize(results: list[TaskResult], ks: Sequence[int]) -> dict[str, float]:
     return out
 
 
+def skipped_metrics(results: list[TaskResult], ks: Sequence[int]) -> dict[str, str]:
+    """Why each asked-for pass@k / maj@k is missing from :func:`summarize` (metric -> reason)."""
+    if not results:
+        return {}
+    n = min(len(r.correct) for r in results)
+    out: dict[str, str] = {}
+    for k in sorted(set(ks)):
+        if k > n:
+            out[f"pass@{k}"] = out[f"maj@{k}"] = f"needs eval.n_samples >= {k} (it is {n})"
+        elif not all(r.answers is not None for r in results):
+            out[f"maj@{k}"] = "the env gives no parsed final answers to vote on (info['parsed'] from step)"
+    return out
+
+
 def tables(results: list[TaskResult], ks: Sequence[int]) -> dict[str, dict[str, dict[str, float]]]:
     """Summaries per dataset and per (dataset, difficulty)."""
     by_data: dict[str, list[TaskResult]] = {}

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.config import DataConfig, RunConfig, save_config
+from agentrl.config import DataConfig, RunConfig
 from agentrl.rollout.build import make_env, resolve_model_path
+from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import Tracker
 
 
@@ -23,10 +24,10 @@ def seed_all(seed: int) -> None:
 
 
 def run_dir_of(cfg: Any, run_dir: str | Path | None) -> Path:
-    """Create the run directory and save the resolved config beside it."""
-    out = Path(run_dir or cfg.log.run_dir.format(name=cfg.log.name))
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
+    """Check the run directory (a new run never mixes with one already there: ``agentrl.run_dir``),
+    create it and save the resolved config beside it."""
+    out = prepare_run_dir(run_dir_path(cfg, run_dir), command="agentrl sft|rm|dpo CONFIG")
+    save_run_config(cfg, out)
     return out
 
 

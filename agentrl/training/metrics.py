@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from agentrl.types import Trajectory
 
+END_REASONS = ("terminated", "env_truncated", "max_turns", "turn_budget", "episode_budget", "failed")
+"""How an episode ends (``info["end_reason"]``, set by the executors): the env ended it, the env truncated
+it, it reached ``max_turns``, a (single-turn) response ran out of ``rollout.max_new_tokens``, the
+episode ran out of ``rollout.max_total_tokens``, or the env raised."""
+
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """Reward and length statistics of a batch of episodes."""
+    """Reward, length, turn and end-reason statistics of a batch of episodes.
+
+    ``episode/turns`` is the mean number of policy turns per episode; ``episode/end_reason/<reason>``
+    the fraction of episodes that ended for each reason in :data:`END_REASONS` (every reason is
+    logged, 0 included, so curves do not come and go)."""
     rewards = np.array([t.reward for t in trajs], dtype=float)
     lengths = np.array([t.num_action_tokens for t in trajs], dtype=float)
-    return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
-            "response_length/mean": float(lengths.mean()), "response_length/sum": float(lengths.sum()),
-            "truncated/frac": float(np.mean([t.truncated for t in trajs])),
-            "failed/count": float(sum(bool(t.info.get("failed")) for t in trajs))}
+    out = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+           "response_length/mean": float(lengths.mean()), "response_length/sum": float(lengths.sum()),
+           "truncated/frac": float(np.mean([t.truncated for t in trajs])),
+           "failed/count": float(sum(bool(t.info.get("failed")) for t in trajs)),
+           "episode/turns": float(np.mean([t.info.get("turns", sum(s.is_action for s in t.segments))
+                                           for t in trajs]))}
+    reasons = Counter(end_reason(t) for t in trajs)
+    for reason in sorted(set(END_REASONS) | set(reasons)):
+        out[f"episode/end_reason/{reason}"] = reasons.get(reason, 0) / max(1, len(trajs))
+    return out
+
+
+def end_reason(t: Trajectory) -> str:
+    """``info["end_reason"]``, or one read off the flags for trajectories made without it."""
+    if t.info.get("end_reason"):
+        return str(t.info["end_reason"])
+    if t.info.get("failed"):
+        return "failed"
+    return "turn_budget" if t.truncated else "terminated"

@@ -24,20 +24,21 @@ from agentrl.algorithms import (
     kl_penalty,
     masked_mean,
 )
-from agentrl.config import RunConfig, save_config
+from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
 from agentrl.evaluation.metrics import eval_params, evaluate
 from agentrl.models import load_policy
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
-from agentrl.tracking import StageTimer, Tracker, plot_curves, read_metrics
+from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
+from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics, write_samples
 from agentrl.training.experience import Experience
 from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import apply_lora, is_lora, load_adapter, parameter_report, policy_weights
 from agentrl.training.metrics import rollout_metrics
 from agentrl.training.signals import stop_on_sigterm
 from agentrl.training.tasks import TaskSource, seed_everything
-from agentrl.training.warm_start import warm_start
+from agentrl.training.warm_start import maybe_warm_start
 from agentrl.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -49,18 +50,15 @@ class Trainer:
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
         self.cfg = cfg
         seed_everything(cfg.data.seed)
-        self.run_dir = Path(run_dir or cfg.log.run_dir.format(name=cfg.log.name))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
+        self.run_dir = prepare_run_dir(run_dir_path(cfg, run_dir), resume=resume)  # runs never mix
         self.env = make_env(cfg)
         self.eval_env = make_env(cfg, cfg.env.eval_kwargs)
         self.model_path = resolve_model_path(cfg, self.env)
         self.model, self.tokenizer = load_policy(cfg, self.model_path)
         self.timer = StageTimer()
-        self.warm = None
-        if cfg.model.warm_start.enabled:  # on resume too (cached): the reference is the warm-started policy
-            self.warm = warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
-                                   make_env(cfg, cfg.env.dev_kwargs))
+        # on resume too (cached): the reference is the warm-started policy
+        self.warm = maybe_warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
+                                     lambda: make_env(cfg, cfg.env.dev_kwargs))
         self.model = apply_lora(self.model, cfg.learner.lora)  # learner.lora.r > 0: adapters train, not the base
         self.reference = self.build_reference()
         self.critic = self.build_critic()
@@ -79,6 +77,8 @@ class Trainer:
         self.stop_signal: int | None = None
         if resume:
             self._resume()
+        self.start_step = self.step_idx
+        save_run_config(cfg, self.run_dir)  # only once the run is built: a failed launch leaves the old one
 
     # ------------------------------------------------------------------ the stages of one step
     def rollout(self, tasks: list[Task]) -> list[Trajectory]:
@@ -210,6 +210,7 @@ class Trainer:
         with t("tasks"):
             tasks = self.tasks.next(self.cfg.data.prompts_per_step)
         batch, trajs, metrics = self.select(self.sample(tasks))
+        write_samples(self.run_dir, self.step_idx + 1, trajs, self.tokenizer, self.cfg.log)
         with t("experience"):
             exp = self.make_experience(batch)
         metrics.update(rollout_metrics(trajs))
@@ -296,9 +297,8 @@ class Trainer:
         summary = {"steps": self.step_idx, "rl_seconds": rl_seconds,
                    "eval_before": before["eval/accuracy"], "eval_after": after["eval/accuracy"],
                    "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
-        print(f"held-out accuracy: after warm start {summary['eval_before']:.3f} -> after RL "
-              f"{summary['eval_after']:.3f} ({summary['eval_after'] - summary['eval_before']:+.3f}) "
-              f"in {self.step_idx} steps, {rl_seconds:.0f} s of RL", flush=True)
+        print(closing_line(summary, self.warm is not None, self.step_idx - self.start_step, self.start_step),
+              flush=True)
         return summary
 
     # ------------------------------------------------------------------ state

@@ -7,8 +7,11 @@ Everything agentrl needs from an environment is here:
   ``reset(seed=...)`` pass one, so the same seed gives the same task);
 - ``reset`` (inherited): ``reset(options={"task": task})`` pins a task, else one is drawn; the
   observation is the task's prompt;
-- ``step(action)``: score the model's text and return ``(observation, reward, terminated,
-  truncated, info)`` — a float reward, named parts in ``info["reward_components"]``.
+- ``score(action, task)``: verify the model's text and return a :class:`agentrl.RewardResult`
+  (a float score, named parts as ``components``, extras as ``info``); the inherited ``step`` calls it
+  and returns ``(observation, reward, terminated, truncated, info)`` for a single-turn episode;
+- ``reference_answer(task)`` (optional; default ``str(task.answer)``): a response that scores 1.0 —
+  the tiny model's tokenizer and the warm start learn from it.
 
 Use it from a config as ``env.id: reverse_env:ReverseEnv`` (with this directory on ``PYTHONPATH``),
 register an id for it (``env.register: {custom/Reverse-v0: reverse_env:ReverseEnv}``), or install
@@ -20,12 +23,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from typing import Any
 
 import numpy as np
 
 import agentrl
-from agentrl import Task, TextEnv
+from agentrl import RewardResult, Task, TextEnv
 
 LETTERS = "abcdefghij"
 
@@ -48,18 +50,16 @@ class ReverseEnv(TextEnv):
             if in_test == (self.split == "test"):
                 return Task(id=f"reverse-{word}", prompt=f"Reverse the word: {word}\nAnswer:", answer=word[::-1])
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self.task is not None, "call reset() first"
-        guess = str(action).strip()
-        exact = float(guess == self.task.answer)
-        similarity = difflib.SequenceMatcher(None, guess, self.task.answer).ratio()
+    def score(self, action: str, task: Task) -> RewardResult:
+        guess = action.strip()
+        exact = float(guess == task.answer)
+        similarity = difflib.SequenceMatcher(None, guess, task.answer).ratio()
         reward = 1.0 if exact else self.partial_credit * similarity
-        info = {"reward_components": {"correct": exact, "similarity": similarity}, "verified": True,
-                "parsed": guess}
-        return "", float(reward), True, False, info
+        # "correct" is what held-out accuracy counts; info["parsed"] is the answer maj@k votes on
+        return RewardResult(reward, {"correct": exact, "similarity": similarity}, {"parsed": guess})
 
     def reference_answer(self, task: Task) -> str:
-        return str(task.answer)
+        return task.answer  # the same as the default (str(task.answer)); shown because the warm start uses it
 
 
 def register() -> None:

@@ -16,7 +16,7 @@ TINY = [
     "env.kwargs={digits: 1, operators: '+', terms: 2, template: '{expr}=', bare_answer: true}",
     "data.prompts_per_step=4", "data.eval_tasks=8", "rollout.n_samples=4", "rollout.max_new_tokens=4",
     "learner.lr=1e-3", "learner.micro_batch_size=8", "log.tensorboard=false", "log.progress=false",
-    "checkpoint.save_final=false",
+    "checkpoint.save_final=false", "model.warm_start.enabled=false",
 ]
 # every actor reserves a quarter CPU: 2 policy ranks + reference + critic + reward model + engine fit in 2
 RAY = [

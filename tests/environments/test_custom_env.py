@@ -47,6 +47,7 @@ def test_custom_env_trains_from_the_cli(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLE), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "agentrl.cli", "train", "--run-dir", str(tmp_path), str(EXAMPLE / "config.yaml"),
            "learner.total_steps=3", "data.prompts_per_step=4", "rollout.n_samples=4", "data.eval_tasks=8",
+           "model.warm_start.enabled=false",
            "log.tensorboard=false", "log.progress=false", "checkpoint.save_final=false"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=EXAMPLE.parents[1])
     assert out.returncode == 0, out.stderr[-3000:]

@@ -103,13 +103,15 @@ def test_many_episodes_batched_per_turn(tok: Any) -> None:
     assert len(engine.calls) <= 2 and all(t.terminated for t in trajs)
 
 
-def test_per_turn_budget_truncates(tok: Any) -> None:
+def test_a_turn_cut_at_max_new_tokens_goes_on(tok: Any) -> None:
     env = calc_env()
     engine = ScriptedEngine(tok, lambda k, _: CALL, finish="length")
     ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=8))
     [traj] = ex.run([env.tasks[0]])
-    assert traj.truncated and not traj.terminated and len(traj.segments) == 1
-    assert traj.num_action_tokens == 8 and traj.reward == 0.0 and traj.info["finish_reason"] == "length"
+    turns = [s for s in traj.segments if s.is_action]
+    assert traj.truncated and not traj.terminated and traj.info["turns"] == len(turns) == env.max_turns
+    assert all(len(s.token_ids) == 8 for s in turns) and traj.info["finish_reason"] == "length"
+    assert traj.info["end_reason"] == "env_truncated" and traj.reward == 0.0  # the env's tool-call cap ended it
 
 
 def test_total_budget_truncates(tok: Any) -> None:
@@ -117,7 +119,7 @@ def test_total_budget_truncates(tok: Any) -> None:
     engine = ScriptedEngine(tok, lambda k, _: CALL)
     ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=200), max_total_tokens=150)
     [traj] = ex.run([env.tasks[0]])
-    assert traj.truncated and not traj.terminated
+    assert traj.truncated and not traj.terminated and traj.info["end_reason"] == "episode_budget"
     assert len(traj.response_ids) <= 150
     assert all(len(p) - len(traj.prompt_ids) < 150 for p in (c[0] for c in engine.calls))
 

@@ -15,52 +15,43 @@ re-tokenized, so the learner trains on precisely the tokens the engine sampled.
   its extension falls back to plain text, with a warning);
 - otherwise as plain text on a line of its own (``"\\n" + observation + "\\n"``).
 
-**Budgets.** A turn may generate ``params.max_new_tokens`` tokens; the whole episode after the
-prompt (actions and feedback) ``max_total_tokens`` (default ``2 * max_new_tokens * max_turns``).
-A turn that runs out of its budget still goes to ``env.step``, then the episode ends with
-``truncated=True`` unless the env terminated it; so does an episode whose next feedback would
-not fit, or which reaches ``max_turns`` (``env.max_turns``) without the env ending it.
+**Budgets.** A turn may generate ``params.max_new_tokens`` tokens; a turn cut off there still goes
+to ``env.step`` and the episode goes on (the env's feedback answers it). With ``max_total_tokens``
+set, the whole episode after the prompt (actions and feedback) must fit in it: an episode that runs
+out, or whose next feedback would not fit, ends with ``truncated=True``. Without it (the default)
+only the action tokens are counted, ``max_new_tokens * max_turns``, so every turn fits. An episode
+that reaches ``max_turns`` (``env.max_turns``) without the env ending it ends ``truncated=True``.
+``info["end_reason"]`` says which (see ``agentrl.training.metrics.END_REASONS``); ``info["turns"]``
+counts the policy's turns.
 
 **Rewards.** ``turn_rewards`` holds every ``env.step`` reward; the episode's ``reward`` is their
 sum (Gymnasium's return). Our multi-turn envs give 0 until the final turn.
 
 **Batching and failures.** Every episode gets its own env (a deep copy of the executor's env,
-sharing its read-only ``tasks`` list), all live episodes' next turns go to the engine in one
-``generate`` call, and an exception inside an env fails only that episode: reward 0,
-``info["failed"] = True`` and the error text in ``info["error"]``.
+sharing its read-only ``tasks`` list). Env steps run concurrently on an ``EnvPool`` (worker
+threads; an ``async def step`` on its event loop), each under the pool's deadline, and the turns
+batch continuously: every episode whose env has answered goes back to the engine in one
+``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
+a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True`` and the
+error text in ``info["error"]``. ``info["action_versions"]`` holds the policy version of each
+turn's engine (``engine.version``, asynchronous runs), when it has one.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.env import TextEnv
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
+from agentrl.rollout.env_pool import EnvPool, Pending, clone_env
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
 _MARK = "<<agentrl-observation>>"
 _REPLY = "<<agentrl-reply>>"
-
-
-def clone_env(env: TextEnv) -> TextEnv:
-    """A fresh copy of ``env`` for one episode. Read-only bulk (the ``tasks`` dataset and the text
-    spaces, of the env and of envs it wraps) is shared, not copied."""
-    memo: dict[int, Any] = {}
-    stack, seen = [env], set()
-    while stack:
-        e = stack.pop()
-        seen.add(id(e))
-        for name in ("tasks", "observation_space", "action_space"):  # read-only and large
-            value = getattr(e, name, None)
-            if value is not None:
-                memo[id(value)] = value
-        stack += [v for v in vars(e).values() if isinstance(v, TextEnv) and id(v) not in seen]
-    return copy.deepcopy(env, memo=memo)
 
 
 @dataclass
@@ -75,6 +66,7 @@ class Episode:
     turn_rewards: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     response_tokens: int = 0
+    out_of_budget: bool = False  # the last turn used up the episode's budget
     done: bool = False
     terminated: bool = False
     truncated: bool = False
@@ -110,8 +102,9 @@ class MultiTurnExecutor:
 
     def __init__(self, env: TextEnv, engine: InferenceEngine, tokenizer: Any, params: SamplingParams,
                  *, n_samples: int = 1, chat_template: bool = False, max_turns: int | None = None,
-                 max_total_tokens: int | None = None) -> None:
+                 max_total_tokens: int | None = None, pool: EnvPool | None = None) -> None:
         self.env, self.engine, self.tokenizer = env, engine, tokenizer
+        self.pool = pool or EnvPool(workers=1)
         self.params, self.n_samples, self.chat_template = params, n_samples, chat_template
         self.max_turns = max_turns or int(getattr(env, "max_turns", 1))
         self.max_total_tokens = max_total_tokens
@@ -141,16 +134,26 @@ class MultiTurnExecutor:
         """Run ``n`` episodes per task to the end; groups numbered from ``group_offset``."""
         n = self.n_samples if n_samples is None else n_samples
         params = params or self.params
-        budget = self.max_total_tokens or 2 * params.max_new_tokens * self.max_turns
+        budget = self.max_total_tokens or params.max_new_tokens * self.max_turns  # default: actions only
         episodes = [self._start(task, group_offset + i) for i, task in enumerate(tasks) for _ in range(n)]
-        live = [e for e in episodes if not e.done]
-        while live:
-            limits = [min(params.max_new_tokens, budget - e.response_tokens) for e in live]
-            completions = self.engine.generate([e.context() for e in live],
-                                               replace(params, max_new_tokens=max(limits)))
-            for e, comp, limit in zip(live, completions, limits):
-                self._advance(e, comp, limit, budget)
-            live = [e for e in live if not e.done]
+        ready = [e for e in episodes if not e.done]  # waiting for the engine
+        stepping: dict[Pending, tuple[Episode, list[int]]] = {}  # waiting for their env
+        while ready or stepping:
+            if ready:
+                limits = [min(params.max_new_tokens, budget - e.response_tokens) for e in ready]
+                completions = self.engine.generate([e.context() for e in ready],
+                                                   replace(params, max_new_tokens=max(limits)))
+                version = getattr(self.engine, "version", None)
+                for e, comp, limit in zip(ready, completions, limits):
+                    ids, text = self._act(e, comp, limit, budget, version)
+                    stepping[self.pool.submit(e.env.step, text)] = (e, ids)
+            # continuous batching: whatever has answered goes back to the engine, the rest keep stepping
+            ready = []
+            for p in self.pool.wait_any(list(stepping)):
+                e, ids = stepping.pop(p)
+                self._observe(e, ids, p, budget)
+                if not e.done:
+                    ready.append(e)
         return [self._trajectory(e) for e in episodes]
 
     # ------------------------------------------------------------------ one episode
@@ -166,18 +169,27 @@ class MultiTurnExecutor:
             return ep
         return Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None})
 
-    def _advance(self, e: Episode, comp: Completion, limit: int, budget: int) -> None:
-        """Append one generated turn, step the env, append its feedback or end the episode."""
+    def _act(self, e: Episode, comp: Completion, limit: int, budget: int, version: int | None
+             ) -> tuple[list[int], str]:
+        """Append one generated turn (and the policy version that made it); return its ids and text."""
         ids, logprobs = list(comp.token_ids[:limit]), list(comp.logprobs[:limit])
-        out_of_budget = len(comp.token_ids) > limit or comp.finish_reason == "length"
+        cut = len(comp.token_ids) > limit or comp.finish_reason == "length"
         e.segments.append(Segment(ids, True, logprobs))
+        if version is not None:
+            e.info.setdefault("action_versions", []).append(version)
         e.response_tokens += len(ids)
+        e.out_of_budget = cut and e.response_tokens >= budget  # a turn cut at max_new_tokens alone goes on
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         e.info["responses"].append(text)
-        e.info["finish_reason"] = "length" if out_of_budget else comp.finish_reason
+        e.info["finish_reason"] = "length" if cut else comp.finish_reason
+        return ids, text
+
+    def _observe(self, e: Episode, ids: list[int], step: Pending, budget: int) -> None:
+        """Take the env's answer to the turn ``ids``: append its feedback or end the episode."""
+        out_of_budget = e.out_of_budget
         try:
-            obs, reward, terminated, truncated, step_info = e.env.step(text)
-        except Exception as exc:
+            obs, reward, terminated, truncated, step_info = step.result()
+        except Exception as exc:  # the env raised or ran past its deadline
             self._fail(e, exc)
             return
         e.turn_rewards.append(float(reward))
@@ -186,17 +198,20 @@ class MultiTurnExecutor:
         if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
             e.info["parsed"] = step_info["parsed"]
         if terminated or truncated or out_of_budget or len(e.turn_rewards) >= self.max_turns:
-            self._end(e, bool(terminated), bool(truncated) or out_of_budget or not terminated)
+            reason = ("terminated" if terminated else "env_truncated" if truncated
+                      else "episode_budget" if out_of_budget else "max_turns")
+            self._end(e, bool(terminated), bool(truncated) or out_of_budget or not terminated, reason)
             return
         feedback = self.feedback_ids(obs, ids)
-        if e.response_tokens + len(feedback) >= budget:  # no room to answer the feedback
-            self._end(e, False, True)
+        if self.max_total_tokens and e.response_tokens + len(feedback) >= budget:  # no room to answer it
+            self._end(e, False, True, "episode_budget")
             return
         e.segments.append(Segment(feedback, False))
-        e.response_tokens += len(feedback)
+        e.response_tokens += len(feedback) if self.max_total_tokens else 0
 
-    def _end(self, e: Episode, terminated: bool, truncated: bool) -> None:
+    def _end(self, e: Episode, terminated: bool, truncated: bool, reason: str) -> None:
         e.done, e.terminated, e.truncated = True, terminated, truncated
+        e.info["end_reason"] = reason
         try:
             e.env.close()
         except Exception as exc:  # closing must not fail the batch either
@@ -206,7 +221,7 @@ class MultiTurnExecutor:
         log.warning("env %s raised on task %s: %r", type(e.env).__name__, e.task.id, exc)
         e.info.update(error=f"{type(exc).__name__}: {exc}", failed=True, verified=True)
         e.turn_rewards.append(0.0)
-        self._end(e, True, False)
+        self._end(e, True, False, "failed")
 
     def _trajectory(self, e: Episode) -> Trajectory:
         info = dict(e.info, turns=sum(s.is_action for s in e.segments))

@@ -1,17 +1,24 @@
 """``SingleTurnExecutor``: one prompt, ``n`` sampled responses, one ``env.step`` each.
 
 Token-exact: the prompt ids and the engine's generated ids (with their log-probs) go into the
-``Trajectory`` unchanged; the env sees the decoded text. An exception inside the env marks that
-episode failed (reward 0, the error in its info) and the batch goes on.
+``Trajectory`` unchanged; the env sees the decoded text. The ``env.step`` calls of a batch run
+concurrently on an ``EnvPool`` (each worker thread steps its own copy of the env; an ``async def
+step`` runs on the pool's event loop), each under the pool's deadline. An exception inside the env,
+or a step past its deadline, marks that episode failed (reward 0, ``info["failed"]``, the error in
+``info["error"]``) and the batch goes on. ``info["action_versions"]`` holds the policy version of
+the engine that generated the response (``engine.version``, asynchronous runs), when it has one.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+import threading
 from typing import Any
 
 from agentrl.env import TextEnv
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
+from agentrl.rollout.env_pool import EnvPool, Pending, clone_env
 from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -33,10 +40,12 @@ class SingleTurnExecutor:
     """Runs single-turn episodes: ``n_samples`` per task, grouped by ``group_id``."""
 
     def __init__(self, env: TextEnv, engine: InferenceEngine, tokenizer: Any, params: SamplingParams,
-                 *, n_samples: int = 1, chat_template: bool = False) -> None:
+                 *, n_samples: int = 1, chat_template: bool = False, pool: EnvPool | None = None) -> None:
         self.env, self.engine, self.tokenizer = env, engine, tokenizer
         self.params, self.n_samples, self.chat_template = params, n_samples, chat_template
         self.eos_id = tokenizer.eos_token_id
+        self.pool = pool or EnvPool(workers=1)
+        self._local = threading.local()  # each pool worker steps its own copy of the env
 
     def prompt_ids(self, task: Task) -> list[int]:
         """The token ids the policy sees for ``task`` (the env's rendering of it)."""
@@ -50,12 +59,33 @@ class SingleTurnExecutor:
         prompts = [self.prompt_ids(t) for t in tasks]
         flat = [p for p in prompts for _ in range(n)]
         completions = self.engine.generate(flat, params or self.params)
+        version = getattr(self.engine, "version", None)
         texts = self.decode_batch([c.token_ids for c in completions])
+        score = self._score_async if inspect.iscoroutinefunction(self.env.step) else self._score
+        steps = self.pool.map(score, [(tasks[k // n], text) for k, text in enumerate(texts)])
         out = []
-        for k, (prompt, comp, text) in enumerate(zip(flat, completions, texts)):
+        for k, (prompt, comp, text, step) in enumerate(zip(flat, completions, texts, steps)):
             task = tasks[k // n]
-            out.append(self._episode(task, prompt, comp, group_offset + k // n, text))
+            out.append(self._episode(task, prompt, comp, group_offset + k // n, text, step))
+            if version is not None:
+                out[-1].info["action_versions"] = [version]
         return out
+
+    def _score(self, task: Task, text: str) -> tuple:
+        """``env.reset(task)`` then ``env.step(text)`` on this thread's env (the executor's own inline)."""
+        env = self.env
+        if not self.pool.inline:
+            env = getattr(self._local, "env", None)
+            if env is None:
+                env = self._local.env = clone_env(self.env)
+        env.reset(options={"task": task})
+        return env.step(text)
+
+    async def _score_async(self, task: Task, text: str) -> tuple:
+        """``_score`` for an env whose ``step`` is ``async def``: a fresh copy per call (one event loop)."""
+        env = clone_env(self.env)
+        env.reset(options={"task": task})
+        return await env.step(text)
 
     def decode(self, token_ids: list[int]) -> str:
         """Response text for the env: special tokens (the EOS) dropped."""
@@ -66,12 +96,11 @@ class SingleTurnExecutor:
         return self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
 
     def _episode(self, task: Task, prompt: list[int], comp: Completion, group_id: int,
-                 text: str | None = None) -> Trajectory:
+                 text: str | None = None, step: Pending | None = None) -> Trajectory:
         text = self.decode(comp.token_ids) if text is None else text
         info: dict[str, Any] = {"finish_reason": comp.finish_reason, "response": text}
         try:
-            self.env.reset(options={"task": task})
-            _, reward, terminated, truncated, step_info = self.env.step(text)
+            _, reward, terminated, truncated, step_info = self._score(task, text) if step is None else step.result()
             info.update(verified=step_info.get("verified", True),
                         reward_components=step_info.get("reward_components", {}))
             if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
@@ -80,6 +109,9 @@ class SingleTurnExecutor:
             log.warning("env %s raised on task %s: %r", type(self.env).__name__, task.id, e)
             reward, terminated, truncated = 0.0, True, False
             info.update(error=f"{type(e).__name__}: {e}", verified=True, failed=True)
+        info["turns"], info["end_reason"] = 1, ("failed" if info.get("failed") else "turn_budget"
+                                                if comp.finish_reason == "length" else
+                                                "env_truncated" if truncated else "terminated")
         return Trajectory(prompt_ids=list(prompt), segments=[Segment(comp.token_ids, True, comp.logprobs)],
                           reward=float(reward), task_id=task.id, group_id=group_id, turn_rewards=[float(reward)],
                           terminated=bool(terminated), truncated=bool(truncated) or comp.finish_reason == "length",
