@@ -10,6 +10,11 @@ Endpoints (OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
   the query with its prompt prefix removed; the reward is ``?reward=`` or the server's default.
 - ``GET /rewards`` — the reward names available; ``GET /healthz`` — liveness (no token needed).
 
+A request whose ``reward`` (``?reward=`` on ``/get_reward``) the server does not have is refused as
+a whole (400, naming the rewards that exist); an item naming an unknown reward gets that error in its
+result. ``--default-reward`` sets the reward of requests that name none. On start the server
+prints one line with its URL, its rewards and the default (``--port 0`` picks a free port).
+
 Scoring runs in a pool of worker processes (:mod:`rewards._pool`), so the event loop stays
 responsive; an item that raises, hangs or kills its worker gets an ``error`` (score 0), the batch
 never fails. Optional bearer token (401), request size limit (413), schema validation (422).
@@ -21,6 +26,8 @@ import argparse
 import hmac
 import json
 import os
+import socket
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +60,8 @@ class ServerConfig:
     """Reward used when a request names none."""
     plugins: list[str] = field(default_factory=list)
     """``module:function`` rewards to load (registered under that string and the function name)."""
+    announce: bool = False
+    """Print the server's URL and rewards on one line once it is ready (``agentrl serve-reward``)."""
 
 
 class TaskModel(BaseModel):
@@ -187,6 +196,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def lifespan(app: FastAPI):  # noqa: ANN202
         state["pool"] = WorkerPool(config.workers, config.plugins, config.item_timeout_s)
         await state["pool"].start()
+        if config.announce:
+            print(f"agentrl reward server on http://{config.host}:{config.port} (rewards: {', '.join(known)}; "
+                  f"default: {config.default_reward}; POST /score, POST /get_reward, docs at /docs)", flush=True)
         yield
         await state["pool"].close()
 
@@ -199,6 +211,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         got = request.headers.get("authorization", "")
         if not hmac.compare_digest(got.encode(), f"Bearer {config.token}".encode()):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    known = sorted(set(available()) | set(aliases))
+
+    def request_reward(name: str | None) -> str:
+        """The request's reward (or the default); an unknown one refuses the request, naming what exists."""
+        if name is not None and name not in known and name not in config.plugins:
+            raise HTTPException(400, f"unknown reward {name!r}; this server has: {', '.join(known)}")
+        return name or config.default_reward
 
     async def run(items: list[tuple[str, str, dict[str, Any]]]) -> list[bytes]:
         if aliases:
@@ -218,13 +238,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/score", response_model=ScoreResponse, dependencies=[Depends(check_token)])
     async def score(req: ScoreRequest) -> JSONResponse:
         """Score a batch; each item gets a result (or an error), in order."""
-        results = await run(_items_for_pool(req.items, req.reward or config.default_reward))
+        results = await run(_items_for_pool(req.items, request_reward(req.reward)))
         return Response(b'{"results":[' + b",".join(results) + b"]}", media_type="application/json")
 
     @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=[Depends(check_token)])
     async def get_reward_openrlhf(req: OpenRLHFRequest, reward: str | None = Query(None)) -> JSONResponse:
         """OpenRLHF remote reward protocol."""
-        results = [json.loads(r) for r in await run(_openrlhf_items(req, reward or config.default_reward))]
+        results = [json.loads(r) for r in await run(_openrlhf_items(req, request_reward(reward)))]
         return JSONResponse(_openrlhf_response(results))
 
     return app
@@ -234,29 +254,58 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``agentrl serve-reward``."""
     p = argparse.ArgumentParser(prog="agentrl serve-reward", description="Serve reward functions over HTTP.")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_port, default=8000, help="TCP port 1-65535, or 0 for a free one (default 8000)")
     p.add_argument("--token", default=os.environ.get("AGENTRL_REWARD_TOKEN"),
                    help="bearer token required by the API (default: $AGENTRL_REWARD_TOKEN; none if unset)")
     p.add_argument("--workers", type=int, default=2, help="scoring worker processes")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
     p.add_argument("--item-timeout", type=float, default=10.0, help="seconds per item")
-    p.add_argument("--default-reward", default="math")
+    p.add_argument("--default-reward", default="math", metavar="NAME",
+                   help="reward of requests that name none (default: math; GET /rewards lists them)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE:FUNCTION",
                    help="load a reward function (repeatable)")
     p.add_argument("--log-level", default="warning")
     return p
 
 
+def _port(text: str) -> int:
+    """``--port``: an integer 0-65535 (0: any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range; give 1-65535 (or 0 for a free port)")
+    return port
+
+
 def cli_main(argv: list[str]) -> int:
-    """Entry point of ``agentrl serve-reward``."""
+    """Entry point of ``agentrl serve-reward``: bind, build the app, print the URL once ready, serve."""
     import uvicorn
 
     args = build_parser().parse_args(argv)
-    config = ServerConfig(host=args.host, port=args.port, token=args.token or None, workers=args.workers,
-                          max_body_bytes=args.max_body_bytes, item_timeout_s=args.item_timeout,
-                          default_reward=args.default_reward, plugins=args.plugin)
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level,
-                access_log=False)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as e:
+        sock.close()
+        print(f"agentrl serve-reward: cannot listen on {args.host}:{args.port}: {e.strerror} "
+              f"(pass another --port, or --port 0 for a free one)", file=sys.stderr)
+        return 2
+    config = ServerConfig(host=args.host, port=sock.getsockname()[1], token=args.token or None,
+                          workers=args.workers, max_body_bytes=args.max_body_bytes, item_timeout_s=args.item_timeout,
+                          default_reward=args.default_reward, plugins=args.plugin, announce=True)
+    try:
+        app = create_app(config)
+    except (KeyError, ImportError, AttributeError, ValueError) as e:
+        sock.close()
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"agentrl serve-reward: {msg}", file=sys.stderr)
+        return 2
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False))
+    server.run(sockets=[sock])
     return 0
 
 
