@@ -10,6 +10,7 @@ from agentrl.config import RunConfig
 from agentrl.env import TextEnv, fixed_tasks, make, register
 from agentrl.models import resolve_model_source, tiny_model_dir
 from agentrl.rollout.engines.base import SamplingParams
+from agentrl.rollout.env_pool import EnvPool
 from agentrl.rollout.executors import SingleTurnExecutor
 
 
@@ -65,8 +66,12 @@ def resolve_model_path(cfg: RunConfig, env: TextEnv) -> str:
 
 
 def make_engine(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str) -> Any:
-    """The rollout engine. ``hf`` shares the policy's model object (weight sync is free)."""
-    if cfg.rollout.engine == "hf":
+    """The rollout engine. ``hf`` shares the policy's model object (weight sync is free); ``auto`` picks
+    the faster for the model and batch (``agentrl.rollout.engines.choice``)."""
+    from agentrl.rollout.engines.choice import resolve_engine
+
+    batch = cfg.data.prompts_per_step * cfg.rollout.n_samples
+    if resolve_engine(cfg.rollout.engine, batch, model=model) == "hf":
         from agentrl.rollout.engines.hf import HFEngine
 
         return HFEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
@@ -84,7 +89,7 @@ def sampling_params(cfg: RunConfig, greedy: bool = False) -> SamplingParams:
 def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> Any:
     """Single-turn executor (multi-turn envs get the multi-turn one; black-box agents and raw-text
     feedback envs the executors of ``agentrl.rollout.executors.agent``)."""
-    if getattr(env, "agent_program", None) is not None:
+    if callable(getattr(env, "agent_program", None)):
         from agentrl.rollout.executors.agent import BlackBoxExecutor
 
         return BlackBoxExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
@@ -94,12 +99,17 @@ def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> 
 
         return RawFeedbackExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                                    chat_template=cfg.rollout.chat_template,
-                                   max_total_tokens=cfg.rollout.max_total_tokens or None)
+                                   max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg))
     if getattr(env, "max_turns", 1) > 1:
         from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
         return MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                                  chat_template=cfg.rollout.chat_template,
-                                 max_total_tokens=cfg.rollout.max_total_tokens or None)
+                                 max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg))
     return SingleTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
-                              chat_template=cfg.rollout.chat_template)
+                              chat_template=cfg.rollout.chat_template, pool=make_env_pool(cfg))
+
+
+def make_env_pool(cfg: RunConfig) -> EnvPool:
+    """Concurrent env steps: ``rollout.env_workers`` threads, ``env.step_timeout_s`` per step."""
+    return EnvPool(workers=cfg.rollout.env_workers, timeout_s=cfg.env.step_timeout_s)

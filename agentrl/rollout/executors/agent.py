@@ -10,7 +10,15 @@
 
 from __future__ import annotations
 
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+from agentrl.rollout.executors.single_turn import encode_prompt
+from agentrl.types import Segment, Task, Trajectory
+
+log = logging.getLogger(__name__)
 
 
 class RawFeedbackExecutor(MultiTurnExecutor):
@@ -19,3 +27,71 @@ class RawFeedbackExecutor(MultiTurnExecutor):
     def feedback_ids(self, observation: str, action_ids: list[int]) -> list[int]:
         """Token ids of ``observation`` exactly as the env wrote it."""
         return self.tokenizer(observation, add_special_tokens=False)["input_ids"]
+
+
+class BlackBoxExecutor:
+    """Runs an agent program per episode against the policy's OpenAI-compatible endpoint.
+
+    The env provides ``agent_program(base_url, task) -> result`` (the agent's own loop, prompts and
+    tools, talking to ``base_url`` with the ``openai`` client), ``agent_reward(result, task) ->
+    float`` and ``concurrency`` (agents run at once; their requests are batched). Each episode's
+    completions are stitched into one trajectory (see :mod:`agentrl.rollout.openai_server`); an
+    agent that raises, or asks for nothing, fails that episode only (reward 0, ``info["failed"]``).
+    """
+
+    def __init__(self, env: Any, engine: Any, tokenizer: Any, params: Any, *, n_samples: int = 1,
+                 chat_template: bool = False) -> None:
+        self.env, self.engine, self.tokenizer = env, engine, tokenizer
+        self.params, self.n_samples, self.chat_template = params, n_samples, chat_template
+        self.server: Any = None
+
+    def prompt_ids(self, task: Task) -> list[int]:
+        """The ids of the task's prompt as the env renders it (the agent may send another)."""
+        _, info = self.env.reset(options={"task": task})
+        return encode_prompt(self.tokenizer, info["prompt"], self.chat_template)
+
+    def _server(self, params: Any) -> Any:
+        from agentrl.rollout.openai_server import PolicyServer
+
+        if self.server is None:
+            self.server = PolicyServer(self.engine, self.tokenizer, params, chat_template=self.chat_template).start()
+        self.server.params = params
+        return self.server
+
+    def run(self, tasks: list[Task], group_offset: int = 0, n_samples: int | None = None,
+            params: Any = None) -> list[Trajectory]:
+        """``n`` agent episodes per task, concurrently; groups numbered from ``group_offset``."""
+        n = self.n_samples if n_samples is None else n_samples
+        server = self._server(params or self.params)
+        jobs = [(task, group_offset + i) for i, task in enumerate(tasks) for _ in range(n)]
+        workers = max(1, int(getattr(self.env, "concurrency", 8)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="agentrl-agent") as pool:
+            return list(pool.map(lambda job: self._episode(server, *job), jobs))
+
+    def _episode(self, server: Any, task: Task, group_id: int) -> Trajectory:
+        eid, base_url = server.new_episode()
+        info: dict[str, Any] = {}
+        try:
+            result = self.env.agent_program(base_url, task)
+            reward = float(self.env.agent_reward(result, task))
+            info["response"] = str(result)
+        except Exception as e:  # an agent that crashes fails its episode, not the batch
+            log.warning("agent episode on task %s failed: %r", task.id, e)
+            reward = 0.0
+            info.update(failed=True, error=f"{type(e).__name__}: {e}")
+        ep = server.pop_episode(eid)
+        if not ep.completions and not info.get("failed"):
+            reward = 0.0
+            info.update(failed=True, error="the agent asked the policy for no completion")
+        info.update(verified=True, turns=ep.completions, rewritten_history=ep.rewritten,
+                    finish_reason=ep.last_finish, end_reason="failed" if info.get("failed") else "terminated")
+        prompt = ep.prompt_ids or encode_prompt(self.tokenizer, task.prompt, self.chat_template)
+        segments = ep.segments or [Segment([self.tokenizer.eos_token_id], True, [0.0])]
+        return Trajectory(prompt_ids=list(prompt), segments=segments, reward=reward, task_id=task.id,
+                          group_id=group_id, turn_rewards=[reward], terminated=True,
+                          truncated=ep.last_finish == "length", info=info)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
