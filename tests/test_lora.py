@@ -14,7 +14,6 @@ from agentrl.models import load_causal_lm  # noqa: E402
 from agentrl.training.learner import sequence_logprobs  # noqa: E402
 from agentrl.training.lora import (  # noqa: E402
     apply_lora,
-    export_merged,
     parameter_report,
     policy_weights,
 )
@@ -93,8 +92,11 @@ def test_checkpoint_holds_the_adapter_and_export_merges_it(trained, tmp_path):
     assert (policy / "adapter_model.safetensors").exists() and not (policy / "model.safetensors").exists()
     resumed = Trainer(load_config(None, ARGS), run_dir=trainer.run_dir, resume=True)
     torch.testing.assert_close(scores(resumed.model, exp), scores(trainer.model, exp), atol=1e-6, rtol=0)
-    out = export_merged(trainer.run_dir, tmp_path / "merged")
-    plain = load_causal_lm(out, device="cpu")
+    from agentrl.cli import main
+
+    assert main(["export", str(trainer.run_dir), str(tmp_path / "merged")]) == 0
+    assert main(["export", str(tmp_path / "nothing"), str(tmp_path / "x")]) == 2  # a one-line error
+    plain = load_causal_lm(tmp_path / "merged", device="cpu")
     assert not hasattr(plain, "peft_config")
     torch.testing.assert_close(scores(plain, exp), scores(trainer.model, exp), atol=1e-5, rtol=0)
 
@@ -107,3 +109,30 @@ def test_bad_lora_settings_fail_clearly(tiny_arith):
     with pytest.raises(ValueError, match="alpha > 0"):
         apply_lora(model, LoraConfig(r=4, alpha=0))
     assert apply_lora(model, LoraConfig(r=0)) is model
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "configs"
+STAGE = ["lora.r=8", "lora.alpha=16", "optim.max_steps=12", "optim.eval_every=12", "optim.batch_size=16",
+         "optim.micro_batch_size=16", "data.examples=64", "data.eval_examples=16", "log.tensorboard=false"]
+
+
+@pytest.mark.parametrize("stage", ["sft", "rm", "dpo"])
+def test_stages_train_adapters_and_write_a_merged_final_model(stage, tmp_path):
+    import importlib
+
+    from agentrl.stages import config as stage_config
+
+    cls = {"sft": "SFTConfig", "rm": "RMConfig", "dpo": "DPOConfig"}[stage]
+    extra = {"sft": ["optim.lr=1e-2", "sft.greedy_eval_tasks=0"], "rm": ["optim.lr=1e-2", "model.path=tiny"],
+             "dpo": ["optim.lr=1e-2", "model.path=tiny"]}[stage]
+    cfg = load_config(CONFIGS / f"{stage}_tiny.yaml", STAGE + extra, cls=getattr(stage_config, cls))
+    summary = getattr(importlib.import_module(f"agentrl.stages.{stage}"), f"run_{stage}")(cfg, run_dir=tmp_path)
+    final = Path(summary["model_dir"])
+    assert (final / "config.json").exists() and not (final / "adapter_config.json").exists()
+    before, after = summary["before"], summary["after"]
+    if stage == "sft":
+        assert after["eval/loss"] < before["eval/loss"] - 0.1
+    elif stage == "rm":
+        assert after["eval/accuracy"] > before["eval/accuracy"] or after["eval/accuracy"] == 1.0
+    else:
+        assert before["eval/margin"] == pytest.approx(0.0, abs=1e-5) and after["eval/margin"] > 0.02

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentrl.config import CheckpointConfig, ConfigError, EnvConfig, LogConfig, ModelConfig, OptimConfig
+from agentrl.config.sections import LoraConfig
 
 DATA_SOURCES = "env | a .jsonl/.json/.parquet file | a hub dataset name"
 
@@ -104,6 +105,8 @@ class SFTConfig:
     """Metrics."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints (the final model goes to ``RUN/final``)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters instead of full fine-tuning (``lora.r=8``); ``RUN/final`` gets the merged model."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class RMConfig:
     """Metrics."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints (the final reward model goes to ``RUN/final``)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters instead of full fine-tuning (``lora.r=8``); ``RUN/final`` gets the merged model."""
 
     def __post_init__(self) -> None:
         _choice("rm.loss", self.rm.loss, ("pairwise", "logexp"))
@@ -144,6 +149,8 @@ class DPOConfig:
     """Metrics."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints (the final policy goes to ``RUN/final``)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters instead of full fine-tuning (``lora.r=8``); ``RUN/final`` gets the merged model."""
 
     def __post_init__(self) -> None:
         _choice("dpo.wrong_answers", self.dpo.wrong_answers, ("near", "random"))

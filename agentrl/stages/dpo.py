@@ -32,6 +32,7 @@ from agentrl.stages.runner import (
 )
 from agentrl.training.experience import Experience
 from agentrl.training.learner import sequence_logprobs
+from agentrl.training.lora import apply_lora, merged_model
 from agentrl.training.supervised import train_loop
 
 
@@ -123,6 +124,7 @@ def run_dpo(cfg: DPOConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     env, dev_env = stage_envs(cfg)
     path = model_path_of(cfg, env)
     model, tok = load_policy(RunConfig(model=cfg.model), path)
+    model = apply_lora(model, cfg.lora)  # the reference scores below come before any update: the base
     train_recs, eval_recs = stage_records(cfg, "pairs", env, dev_env, cfg.dpo.wrong_answers)
     train = [p for p in (encode_pair(r, tok, cfg.data) for r in train_recs) if p is not None]
     held = [p for p in (encode_pair(r, tok, cfg.data) for r in eval_recs) if p is not None]
@@ -156,6 +158,6 @@ def run_dpo(cfg: DPOConfig, run_dir: str | Path | None = None) -> dict[str, Any]
         after = evaluate_now(result.steps)
     finally:
         tracker.close()
-    final = save_hf(model, tok, out / "final") if cfg.checkpoint.save_final else None
+    final = save_hf(merged_model(model), tok, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_pairs": len(train), "eval_pairs": len(held),
             "before": before, "after": after, "model_dir": str(final) if final else None, "run_dir": str(out)}

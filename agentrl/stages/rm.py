@@ -35,6 +35,7 @@ from agentrl.stages.runner import (
     stage_envs,
 )
 from agentrl.training.experience import Experience
+from agentrl.training.lora import apply_lora, merged_model
 from agentrl.training.supervised import train_loop
 
 
@@ -137,6 +138,7 @@ def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     tok = load_tokenizer(path, cfg.model.trust_remote_code)
     model = load_score_model(path, tok, dtype=cfg.model.dtype, device=cfg.model.device,
                              trust_remote_code=cfg.model.trust_remote_code)
+    model = apply_lora(model, cfg.lora, task="SEQ_CLS")  # the score head trains in full beside the adapters
     train_recs, eval_recs = stage_records(cfg, "pairs", env, dev_env, cfg.rm.wrong_answers)
     train = [p for p in (encode_pair(r, tok, cfg.data) for r in train_recs) if p is not None]
     held = [p for p in (encode_pair(r, tok, cfg.data) for r in eval_recs) if p is not None]
@@ -167,7 +169,7 @@ def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     finally:
         tracker.close()
     stats = reward_stats(model, train, pad, mb)
-    final = save_rm_dir(model, tok, stats, out / "final") if cfg.checkpoint.save_final else None
+    final = save_rm_dir(merged_model(model), tok, stats, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_pairs": len(train), "eval_pairs": len(held),
             "before": before, "after": after, "reward_stats": stats,
             "model_dir": str(final) if final else None, "run_dir": str(out)}

@@ -19,6 +19,7 @@ from agentrl.rollout.executors import SingleTurnExecutor
 from agentrl.stages.config import SFTConfig
 from agentrl.stages.data import encode_sft, stage_records
 from agentrl.stages.runner import make_tracker, model_path_of, run_dir_of, save_hf, seed_all, stage_envs
+from agentrl.training.lora import apply_lora, merged_model
 from agentrl.training.supervised import eval_loss, sft_micro_loss, train_loop
 
 
@@ -41,6 +42,7 @@ def run_sft(cfg: SFTConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     env, dev_env = stage_envs(cfg)
     path = model_path_of(cfg, env)
     model, tok = load_policy(RunConfig(model=cfg.model), path)
+    model = apply_lora(model, cfg.lora)
     train_recs, eval_recs = stage_records(cfg, "sft", env, dev_env)
     train = [t for t in (encode_sft(r, tok, cfg.data) for r in train_recs) if t is not None]
     held = [t for t in (encode_sft(r, tok, cfg.data) for r in eval_recs) if t is not None]
@@ -73,7 +75,7 @@ def run_sft(cfg: SFTConfig, run_dir: str | Path | None = None) -> dict[str, Any]
         after = evaluate_now(result.steps)
     finally:
         tracker.close()
-    final = save_hf(model, tok, out / "final") if cfg.checkpoint.save_final else None
+    final = save_hf(merged_model(model), tok, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_examples": len(train),
             "eval_examples": len(held), "before": before, "after": after,
             "final_loss": result.last.get("loss"), "model_dir": str(final) if final else None,

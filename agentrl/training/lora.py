@@ -33,8 +33,9 @@ def is_lora(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
-def apply_lora(model: Any, cfg: LoraConfig) -> Any:
-    """Wrap ``model`` with fresh LoRA adapters when ``cfg.r > 0`` (only they train); else return it."""
+def apply_lora(model: Any, cfg: LoraConfig, task: str = "CAUSAL_LM") -> Any:
+    """Wrap ``model`` with fresh LoRA adapters when ``cfg.r > 0`` (only they train, and for ``task``
+    ``SEQ_CLS`` the score head); else return it."""
     if cfg.r <= 0:
         return model
     if cfg.alpha <= 0 or not 0 <= cfg.dropout < 1 or not cfg.target_modules:
@@ -43,7 +44,7 @@ def apply_lora(model: Any, cfg: LoraConfig) -> Any:
 
     targets: Any = "all-linear" if list(cfg.target_modules) == ["all-linear"] else list(cfg.target_modules)
     config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
-                             task_type="CAUSAL_LM", bias="none")
+                             task_type=task, bias="none")
     try:
         return peft.get_peft_model(model, config)
     except ValueError as e:  # peft names the target modules it could not find
@@ -76,6 +77,12 @@ def policy_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
             continue
         tensor = p.detach() + deltas[name].to(p.dtype) if name in deltas else p.detach()
         yield name.replace(".base_layer.", "."), tensor
+
+
+def merged_model(model: Any) -> Any:
+    """A plain model with the adapters merged into its weights (in place: call after training), or
+    ``model`` itself when it has none."""
+    return model.merge_and_unload() if is_lora(model) else model
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:

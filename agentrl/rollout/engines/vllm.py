@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from agentrl.models import resolve_model_source
 from agentrl.rollout.engines.base import Completion, SamplingParams
 
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -44,7 +45,7 @@ class VLLMEngine:
         from vllm import LLM
 
         kwargs: dict[str, Any] = dict(
-            model=str(model_path), seed=seed, dtype=dtype, max_model_len=max_model_len,
+            model=resolve_model_source(model_path), seed=seed, dtype=dtype, max_model_len=max_model_len,
             enforce_eager=True, logprobs_mode="processed_logprobs", tensor_parallel_size=tensor_parallel_size,
             enable_prefix_caching=False, worker_extension_cls="agentrl.rollout.engines.vllm_worker.WeightSyncExtension")
         if not on_cpu():
