@@ -1,33 +1,74 @@
 """Math answer verification: extract the final answer, decide equivalence, score.
 
-``extract_answer(text)`` finds the final answer of a response or a gold label, in this order (each
-step can be switched off with :class:`MathConfig`): the last ``\\boxed{}``/``\\fbox{}``; GSM8K's
-``#### N``; "the (final) answer is X" / "answer: X"; a text that is itself a bare answer
-(``7,425,000``, ``\\frac{14}{3}``, ``\\text{Evelyn}``); the last ``$...$`` of the final line; the
-last number. Both sides of :func:`is_equivalent` are read the same way.
+``extract_answer(text)`` finds the final answer of a response or a gold label; both sides of
+:func:`is_equivalent` are read the same way (:mod:`rewards.math_extract`):
 
-Equivalence first tries the pure-Python fast path (:mod:`rewards.mathnorm`: numbers, fractions,
-thousands separators, percents, degrees, units, mixed numbers, scientific notation, tuples,
-intervals, sets, ratios, text answers); only what it cannot decide goes to Math-Verify/sympy in a
-helper process with a hard deadline that works from any thread (:mod:`rewards._sympy_worker`).
+1. after a ``</think>``, only the text after it counts (the block itself when nothing follows);
+2. the last ``\\boxed{}``/``\\fbox{}``, unless a "final answer is" / "Final Answer:" / "the answer
+   is" / "answer:" statement comes after it (long solutions box intermediate results, then state
+   the answer); a statement's answer is its ``$...$``, else its sentence when that is a bare answer,
+   else what follows the sentence's last "is"/"=", else its last number;
+3. GSM8K's ``#### N``; a text that is itself a bare answer (``7,425,000``, ``\\text{Evelyn}``,
+   ``12 inches``);
+4. the last valid math span or the last number outside math, whichever comes later.
 
-Hedged answers score 0: several boxed answers that disagree, "or" in the prediction when the gold
-has none ("5 or 6"); ``a \\pm b`` reads as the two values ``{a+b, a-b}``, so it matches only a gold
-that has both. A response never gets credit for merely containing the answer.
+Equivalence (:mod:`rewards.math_compare`, :mod:`rewards.math_relations`, :mod:`rewards.math_expr`)
+is decided in pure Python for almost everything: normalisation, numbers, structures, relations and
+a randomised identity test that evaluates both expressions at fixed points (exact ``Fraction``
+arithmetic where possible). Only what it cannot read goes to Math-Verify/sympy in the helper process
+(:mod:`rewards._sympy_worker`) under a hard deadline (``timeout_s``, 0.8 s) that works from any
+thread; a timeout is "not equal".
+
+Policies, each with its reason:
+
+- **Tolerance.** Exact rationals compare exactly (``rel_tol`` only absorbs float noise). A written
+  decimal equals an exact value (``0.67`` vs ``2/3``, ``9.42`` vs ``3\\pi``, ``2.236`` vs
+  ``\\sqrt5``) when it is that value correctly rounded to the places written, and it must carry at
+  least 2 decimal places or 3 significant digits (``0.3`` is not ``1/3``: too coarse to tell a
+  right answer from a near one); against an irrational or periodic value a relative error below
+  1e-5 is also accepted (truncations such as ``125.663`` for ``40\\pi`` are 6-digit answers). A
+  gold decimal accepts a more precise prediction that rounds to it (``0.29`` vs ``0.2902...``), never
+  a less precise one (``3.1416`` is not ``3.14159``): the gold fixes the precision asked for.
+- **Decimal commas.** ``d,ddd`` (1-3 digits, a comma, exactly 3 digits) is a thousands separator.
+  Any other ``d,d`` (``3,75``, ``1000,99``, ``0,111``) reads as a European decimal comma only when
+  the other side is a single number, so the gold says a decimal is wanted; otherwise it is a list.
+  ``32, 349`` (a space after the comma) is always a list. LaTeX spacing inside numbers
+  (``12,\\!500``, ``14{,}916``, ``12\\,500``) is a thousands separator.
+- **Percent.** ``28\\%`` equals ``28`` and ``0.28`` (gold labels keep or drop the sign
+  inconsistently); a prediction ``10\\%`` equals ``0.1`` and ``10``. ``0.28`` never equals ``28``.
+- **Sets.** Bare comma lists, "and"-joined answers and ``\\{...\\}`` are unordered (the order of
+  roots is not part of the answer); ``(a, b)`` tuples and intervals are ordered; a bare list against a
+  tuple is compared in order. A gold of several boxed values is a set, and a prediction of several
+  boxed values then counts as a set too. ``a \\pm b`` is the two values ``{a+b, a-b}``.
+- **Hedges.** Against a gold with one value, several different boxed answers, several ``#### N``,
+  or "or" between answers ("5 or 6", ``5 \\lor 6``) score 0: a hedge must never earn the reward.
+  Against a gold of several values, "or" joins a list like "and". A response never gets credit for
+  merely containing the answer.
+- **Relations.** ``x = 4`` equals ``4`` (and a gold ``x = 4`` equals ``4``), but a gold equation
+  such as ``7 = 11a+c`` never equals the bare ``11a+c``; equations are equal when one side minus the
+  other is a constant multiple of the other equation's; inequalities when it is a positive multiple
+  with the same direction. **Asymmetric inequality/interval rule:** a gold inequality in one variable
+  also accepts the interval it describes (``-2 \\le x \\le 7`` vs ``[-2, 7]``), but a gold interval
+  does not accept an inequality: the problem asked for interval notation (Math-Verify's default).
+- **Ratios and times.** ``a:b`` is compared term by term (``6:8`` is not ``3:4``, the form was
+  asked for); ``h:mm`` with an optional ``a.m.``/``p.m.`` is a time of day (``20:34`` = ``8:34 PM``).
+- **Units, currency, degrees** after a number are dropped; a short unit needs a space (``10 cm``
+  is 10, ``10cm`` is not).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from agentrl.types import RewardResult, Task
-from rewards import mathnorm
+from rewards import math_compare, mathnorm
 from rewards._sympy_worker import sympy_equal
+from rewards.math_extract import Extraction, boxed_contents, find_answer, matching_braces
 
-__all__ = ["MathConfig", "extract_answer", "is_equivalent", "score", "compare"]
+__all__ = ["MathConfig", "Extraction", "extract", "extract_answer", "is_equivalent", "score", "compare",
+           "boxed_contents", "matching_braces"]
 
 
 @dataclass(frozen=True)
@@ -41,95 +82,29 @@ class MathConfig:
     answer_is: bool = True
     """Read "the answer is X" / "final answer: X"."""
     dollars: bool = True
-    """Read the last ``$...$`` of the final line."""
+    """Read the last ``$...$`` span."""
     last_number: bool = True
     """As a last resort, read the last number in the text."""
     rel_tol: float = 1e-9
-    """Relative tolerance for numbers (exact rationals compare exactly; this absorbs float noise)."""
+    """Relative tolerance between two exact numbers (absorbs float noise; see the rounding rule)."""
     float_rounding: int = 6
     """Decimal places Math-Verify rounds floats to on the slow path."""
-    timeout_s: float = 5.0
-    """Hard deadline for one slow-path (sympy) comparison."""
+    timeout_s: float = 0.8
+    """Hard deadline for one slow-path (sympy) comparison; past it the answer is "not equal"."""
     use_sympy: bool = True
     """Allow the slow path; without it, undecided comparisons are False."""
 
 
 DEFAULT = MathConfig()
 
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_HASH_RE = re.compile(r"####\s*([^\n]+)")
-_ANSWER_IS_RE = re.compile(r"(?:answer\s*(?:is|:)|answer\s+is\s*:)\s*(.+?)(?=\.\s|\.?\s*$|\n)",
-                           re.IGNORECASE | re.MULTILINE)
-_DOLLAR_RE = re.compile(r"\$\$(.+?)\$\$|\$([^$]+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
-_NUM_RE = re.compile(r"[-+\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|[-+\u2212]?\.\d+")
-_PROSE_WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
-_HEDGE_RE = re.compile(r"(?<![a-zA-Z])or(?![a-zA-Z])|\\(?:lor|vee)(?![a-zA-Z])")  # "41 or 42", "41 \\lor 42"
 
-
-@dataclass(frozen=True)
-class Extraction:
-    """A final answer found in a text (``answer``) and how (``how``: boxed, hash, ...)."""
-
-    answer: str | None
-    how: str
-
-
-def matching_braces(text: str) -> dict[int, int]:
-    """``{index of "{": index of its "}"}`` for every balanced pair, in one pass (linear even for
-    thousands of nested, unclosed ``\\boxed{`` in a runaway output)."""
-    pairs, opened = {}, []
-    for i, ch in enumerate(text):
-        if ch == "{":
-            opened.append(i)
-        elif ch == "}" and opened:
-            pairs[opened.pop()] = i
-    return pairs
-
-
-def boxed_contents(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}``, braces balanced, in order."""
-    pairs = matching_braces(text)
-    return [text[m.end(): pairs[m.end() - 1]].strip() for m in _BOXED_RE.finditer(text) if m.end() - 1 in pairs]
-
-
-def _is_bare(text: str) -> bool:
-    """A short one-line text with no prose is itself an answer (``12 inches``, ``no solution``)."""
-    if "\n" in text.strip() or len(text) > 200:
-        return False
-    stripped = re.sub(r"\\(?:text|mbox|textbf|mathrm|begin|end|operatorname)\s*\{[^{}]*\}", "", text)
-    limit = 1 if re.search(r"\d", stripped) else 2
-    return len(_PROSE_WORD.findall(stripped)) <= limit and not text.rstrip().endswith(":")
-
-
-def _strip_math(s: str) -> str:
-    s = s.strip().rstrip(".").strip()
-    m = _DOLLAR_RE.fullmatch(s)
-    return next(g for g in m.groups() if g is not None).strip() if m else s
+def _boxes_agree(a: str, b: str) -> bool:
+    return math_compare.equal(a, b) is True
 
 
 def _extract_uncached(text: str, cfg: MathConfig) -> Extraction:
-    if cfg.boxed and ("\\boxed" in text or "\\fbox" in text) and (boxes := [b for b in boxed_contents(text) if b]):
-        last = boxes[-1]
-        for other in set(boxes[:-1]):
-            if other != last and not compare(other, last, cfg)[0]:
-                return Extraction(None, "hedged")
-        return Extraction(last, "boxed")
-    if cfg.hash and "####" in text and (hashes := _HASH_RE.findall(text)):
-        if len({_strip_math(h) for h in hashes}) > 1:  # "#### 41" then "#### 42": two final answers
-            return Extraction(None, "hedged")
-        return Extraction(_strip_math(hashes[-1]), "hash")
-    if cfg.answer_is and ("nswer" in text or "NSWER" in text) and (said := _ANSWER_IS_RE.findall(text)):
-        return Extraction(_strip_math(said[-1]), "answer_is")
-    if _is_bare(text):
-        return Extraction(_strip_math(text), "bare") if text.strip() else Extraction(None, "missing")
-    last_line = text.strip().rsplit("\n", 1)[-1]
-    if cfg.dollars and (maths := _DOLLAR_RE.findall(last_line)):
-        return Extraction(next(g for g in maths[-1] if g).strip(), "dollars")
-    if cfg.last_number and (nums := _NUM_RE.findall(text)):
-        if _HEDGE_RE.search(last_line) and len(set(_NUM_RE.findall(last_line))) > 1:
-            return Extraction(None, "hedged")
-        return Extraction(nums[-1], "last_number")
-    return Extraction(None, "missing")
+    return find_answer(text, _boxes_agree, boxed=cfg.boxed, hash_=cfg.hash, answer_is=cfg.answer_is,
+                       dollars=cfg.dollars, last_number=cfg.last_number)
 
 
 @lru_cache(maxsize=8192)
@@ -148,59 +123,57 @@ def extract_answer(text: Any, cfg: MathConfig = DEFAULT) -> str | None:
     return extract(text, cfg).answer
 
 
-def _hedged(pred: str, gold: str) -> bool:
-    return bool(_HEDGE_RE.search(pred)) and not _HEDGE_RE.search(gold)
+def _several(answer: str) -> bool:
+    return math_compare.items_of(mathnorm.normalize(answer))[0] != "one"
 
 
-def _percent_equal(pred_raw: str, gold_raw: str, pn: str, gn: str) -> bool:
-    """``50\\%`` also equals ``0.5`` (and the other way round)."""
-    if "%" not in pred_raw + gold_raw:
-        return False
-    a, b = mathnorm.number(pn), mathnorm.number(gn)
-    if a is None or b is None:
-        return False
-    return ("%" in pred_raw and a / 100 == b) or ("%" in gold_raw and a == b / 100)
+def _gold_answer(gold: Extraction) -> str | None:
+    return ", ".join(gold.values) if gold.values else gold.answer
+
+
+def _pred_answer(pred: Extraction, gold_answer: str, gold: Extraction) -> str | None:
+    """The prediction's answer; several boxed values count only against a gold of several values."""
+    if pred.values and (gold.values or _several(gold_answer)):
+        return ", ".join(pred.values)
+    return pred.answer
 
 
 def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]:
     """Compare two extracted answers: ``(equal, path)``, path is fast, sympy, timeout or hedged."""
-    pn, gn = mathnorm.normalize(pred), mathnorm.normalize(gold)
-    if _hedged(pn, gn):
+    if math_compare.has_or(pred) and not math_compare.has_or(gold) and not _several(gold):
         return False, "hedged"
-    verdict = mathnorm.fast_equal(pn, gn, cfg.rel_tol)
-    if verdict is False and _percent_equal(pred, gold, pn, gn):
-        verdict = True
-    if verdict is None and (mathnorm.has_ambiguous_commas(pn) or mathnorm.has_ambiguous_commas(gn)):
-        alt = mathnorm.fast_equal(mathnorm.canonical_thousands(pn, as_separators=True),
-                                  mathnorm.canonical_thousands(gn, as_separators=True), cfg.rel_tol)
-        verdict = True if alt else verdict
+    verdict = math_compare.equal(pred, gold, cfg.rel_tol)
     if verdict is not None:
         return verdict, "fast"
     if not cfg.use_sympy:
         return False, "undecided"
-    slow = sympy_equal(mathnorm.canonical_thousands(pn), mathnorm.canonical_thousands(gn),
-                       timeout_s=cfg.timeout_s, float_rounding=cfg.float_rounding)
+    pn, gn = (mathnorm.canonical_thousands(mathnorm.normalize(x)) for x in (pred, gold))
+    slow = sympy_equal(pn, gn, timeout_s=cfg.timeout_s, float_rounding=cfg.float_rounding)
     return (slow is True), ("sympy" if slow is not None else "timeout")
 
 
 def is_equivalent(pred: Any, gold: Any, cfg: MathConfig = DEFAULT) -> bool:
     """True when the final answers of ``pred`` and ``gold`` are mathematically the same."""
-    p, g = extract(pred, cfg), extract(gold, cfg)
-    if p.answer is None or g.answer is None:
+    g = extract(gold, cfg)
+    gold_answer = _gold_answer(g)
+    if gold_answer is None:
         return False
-    return compare(p.answer, g.answer, cfg)[0]
+    p_answer = _pred_answer(extract(pred, cfg), gold_answer, g)
+    return p_answer is not None and compare(p_answer, gold_answer, cfg)[0]
 
 
 def score(response: str, task: Task, cfg: MathConfig = DEFAULT) -> RewardResult:
     """1.0 when the response's final answer equals ``task.answer`` (any gold form), else 0.0."""
     gold = extract(task.answer, cfg)
-    if gold.answer is None:
+    gold_answer = _gold_answer(gold)
+    if gold_answer is None:
         raise ValueError(f"task {task.id}: no answer found in gold label {task.answer!r}")
     pred = extract(response, cfg)
-    if pred.answer is None:
-        return RewardResult(0.0, {"correct": 0.0}, {"parsed": None, "how": pred.how, "gold": gold.answer})
-    equal, path = compare(pred.answer, gold.answer, cfg)
+    answer = _pred_answer(pred, gold_answer, gold)
+    if answer is None:
+        return RewardResult(0.0, {"correct": 0.0}, {"parsed": None, "how": pred.how, "gold": gold_answer})
+    equal, path = compare(answer, gold_answer, cfg)
     correct = float(equal)
     how = "hedged" if path == "hedged" else pred.how
     return RewardResult(correct, {"correct": correct},
-                        {"parsed": pred.answer, "how": how, "path": path, "gold": gold.answer})
+                        {"parsed": answer, "how": how, "path": path, "gold": gold_answer})

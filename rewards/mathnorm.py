@@ -1,22 +1,20 @@
-"""Fast, pure-Python reading of final math answers: normalisation, plain numbers, structures.
+"""Fast, pure-Python reading of final math answers: normalisation and plain numbers.
 
-This is the fast path of :mod:`rewards.math`. It decides most comparisons without sympy:
+- :func:`normalize` turns an answer string into a canonical LaTeX-ish form: ``\\dfrac`` ->
+  ``\\frac``; no ``$``, ``\\left``/``\\right``, spacing commands; LaTeX number spacing
+  (``12,\\!500``, ``14{,}916``, ``12\\,500``) joined; over-escaped commands (``\\\\frac``) fixed;
+  a trailing degree sign, percent sign or word (``percent``, ``pct``), currency signs and unit words
+  (``cm^2``, ``square units``, ``\\text{ miles}``) removed; ``\\text{}`` unwrapped; a leading
+  ``x \\in`` dropped; relations spelled one way (``\\leq``, ``\\geq``, ``\\neq``); ``(C)`` -> ``C``.
+- :func:`number` reads integers, decimals, ``1,234.5``, ``1 000``, ``a/b``, ``\\frac{a}{b}``, mixed
+  numbers (``7 3/4``, ``7\\frac{3}{4}``) and scientific notation as an exact ``Fraction``.
+- :func:`decimal_literal` tells how precisely a decimal was written (for the rounding rule).
+- :func:`split_top` splits on a separator outside brackets.
 
-- :func:`normalize` turns an answer string into a canonical LaTeX-ish form (``\\dfrac`` -> ``\\frac``,
-  no ``\\left``/``\\right``, no ``$``, degrees, percent signs, currency, unit words and ``\\text{}``
-  wrappers removed, thousands separators resolved, an ``x =`` assignment prefix dropped);
-- :func:`number` reads integers, decimals, ``1,234``, ``a/b``, ``\\frac{a}{b}``, mixed numbers
-  (``7 3/4``, ``7\\frac{3}{4}``) and scientific notation (``1.5e3``, ``1.5\\times 10^{3}``) as exact
-  ``Fraction``;
-- :func:`structure` reads tuples, intervals, sets, bare lists and ratios ``a:b``;
-- :func:`fast_equal` compares two normalised answers and returns ``None`` when it cannot decide,
-  in which case the caller asks sympy (see :mod:`rewards._sympy_worker`).
-
-Deliberate readings (each a known defect of Math-Verify 0.9): ``20:34`` is a ratio compared term by
-term (not reduced to ``10/17``); ``7 3/4`` is the mixed number 31/4; ``(1,000,2)`` is the pair
-(1000, 2) (a comma followed by exactly three digits and no space is a thousands separator; when that
-reading fails to match, the other reading is tried too); unit words are dropped, never turned into
-symbols.
+Deliberate readings: ``7 3/4`` is the mixed number 31/4 (only with a proper fraction part);
+``(1,000,2)`` is the pair (1000, 2) when that reading is needed (a comma followed by exactly three
+digits and no space is a thousands separator); unit words are dropped, never turned into symbols;
+a short unit needs a space (``10 cm`` is 10, ``10cm`` is the product 10·c·m).
 """
 
 from __future__ import annotations
@@ -26,67 +24,104 @@ from fractions import Fraction
 from functools import lru_cache
 
 _SIMPLE_REPLACE = [
-    ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\displaystyle", ""), ("~", " "), ("{,}", ","), ("\\%", ""), ("%", ""),
-    ("\\$", ""), ("$", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\circ", ""), ("°", ""),
-    ("\u2212", "-"), ("\\varnothing", "\\emptyset"), ("\\le ", "\\leq "), ("\\ge ", "\\geq "),
-    ("\\mathbf", ""), ("\\cdot10^", "\\times10^"),
+    ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\displaystyle", ""), ("~", " "),
+    ("{,}", ","), ("\\%", "%"), ("\\$", ""), ("$", ""), ("€", ""), ("£", ""), ("¥", ""), ("\u2212", "-"),
+    ("\\varnothing", "\\emptyset"), ("\\mathbf", ""), ("\\cdot10^", "\\times10^"), ("\\textnormal", "\\text"),
+    ("\\leqslant", "\\leq"), ("\\geqslant", "\\geq"), ("<=", "\\leq "), (">=", "\\geq "), ("!=", "\\neq "),
+    ("\\lt", "<"), ("\\gt", ">"), ("\\dots", "\\ldots"), ("\\cdots", "\\ldots"), ("²", "^2"), ("³", "^3"),
+    ("\\lvert", "|"), ("\\rvert", "|"), ("\\vert", "|"),
 ]
+_REL_WORDS = [(re.compile(r"\\le(?![a-zA-Z])"), "\\leq"), (re.compile(r"\\ge(?![a-zA-Z])"), "\\geq"),
+              (re.compile(r"\\ne(?![a-zA-Z])"), "\\neq")]
+_NUM_SPACING = re.compile(r"(\d)\s*(?:,\\!|\{\s*,\s*\}|,\s*\\!)\s*(?=\d)")
 _SPACING = re.compile(r"(?<!\\)\\[,;:! ]")
-_LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])")
-_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|operatorname)\s*\{([^{}]*)\}")
-_UNIT_TAIL = re.compile(r"^(.*?[\d}.])\s*((?:[a-zA-Z]{2,}\.?|\^\{?[23]\}?|/)(?:\s*(?:[a-zA-Z]{2,}\.?|\^\{?[23]\}?|/))*)$")
-_NOT_UNITS = {"or", "and", "pi", "sqrt", "frac", "infty", "cup", "cap", "in", "to", "times", "cdot"}
-_ASSIGN = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*(?:=|\\in)\s*(?=[^=]*$)")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg|bigl|bigr|Bigl|Bigr)(?![a-zA-Z])\.?")
+_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|operatorname|textrm|mathit)\s*\{([^{}]*)\}")
+_UNIT_TAIL = re.compile(r"^(.*?[\d}.)])((?:\s+[a-zA-Z]{1,}\.?|\s*[a-zA-Z]{4,}\.?)(?:\s*(?:[a-zA-Z]{2,}\.?|\^\{?[23]\}?|/))*"
+                        r"(?:\s*\^\{?[23]\}?)?)$")
+_NOT_UNITS = {"or", "and", "pi", "sqrt", "frac", "infty", "cup", "cap", "in", "to", "times", "cdot", "i", "e",
+              "x", "y", "z", "n", "k", "a", "b", "c", "d", "t", "r", "s", "p", "q", "m", "pm", "mp", "ldots"}
+_IN_PREFIX = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE = re.compile(r"^\(([A-E])\)$")
-_THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?:,\d{3})+)(?![\d.])")
-_THOUSANDS_OK = re.compile(r"(?<![\d.])[1-9]\d{0,2}(?:,\d{3})+(?![\d.])")
+_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2}(?:,\d{3})+)(?![\d])")
+_SPACE_THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?: \d{3})+)(?![\d./])")
+_PERCENT_WORD = re.compile(r"(\d|\})\s*(?:\\%|%|percent(?:age)?|pct)\s*$")
 _WS = re.compile(r"\s+")
 
 _DEC = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
 _DEC_RE = re.compile(_DEC)
-_SCI_RE = re.compile(rf"({_DEC})(?:[eE]|\\times\s*10\s*\^|\*10\^|\*\*)\{{?([-+]?\d+)\}}?")
+_SCI_RE = re.compile(rf"({_DEC})(?:[eE]|\\times\s*10\s*\^|\*10\^|\*\*|\\cdot\s*10\s*\^)\{{?([-+]?\d+)\}}?")
 _SLASH_RE = re.compile(rf"({_DEC})\s*/\s*({_DEC})")
 _FRAC_RE = re.compile(r"([-+]?)\\frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")
-_MIXED_RE = re.compile(r"([-+]?)(\d+)\s*(?:\s(\d+)\s*/\s*(\d+)|\\frac\s*\{(\d+)\}\s*\{(\d+)\})")
+_MIXED_RE = re.compile(r"([-+]?)(\d+)\s*(?:\s(\d+)\s*/\s*(\d+)|\\frac\s*\{(\d+)\}\s*\{(\d+)\}|\\frac(\d)(\d))")
 _OPEN, _CLOSE = "([{", ")]}"
 
 
 def _unwrap_text(s: str) -> str:
     """Drop unit ``\\text{}`` after a number, then unwrap the remaining ``\\text{X}`` to ``X``."""
     m = re.fullmatch(r"(.*?[\d}])\s*((?:\\(?:text|mbox|mathrm)\s*\{[^{}]*\}\s*(?:\^\{?[23]\}?)?\s*)+)", s)
-    if m and re.search(r"[a-zA-Z]{1,}", m.group(2)) and not re.search(r"\b(or|and)\b", m.group(2)):
+    if m and re.search(r"[a-zA-Z]{2,}", m.group(2)) and not re.search(r"[aApP]\.?\s*[mM]\.?\}", m.group(2)) and not re.search(r"\b(or|and)\b|\\", m.group(2).replace("\\text", "")
+                                                                       .replace("\\mbox", "").replace("\\mathrm", "")):
         s = m.group(1)
     return _TEXT_CMD.sub(lambda t: t.group(1), s)
 
 
 def _drop_unit_words(s: str) -> str:
-    """``12 inches`` -> ``12``; ``5 cm^2`` -> ``5``; ``2 x`` and ``3 or 4`` stay as they are."""
+    """``12 inches`` -> ``12``; ``5 cm^2`` -> ``5``; ``10weeks`` -> ``10``; ``2 x``, ``3 or 4`` stay."""
     m = _UNIT_TAIL.match(s)
     if not m:
         return s
-    words = {w.lower().rstrip(".") for w in re.findall(r"[a-zA-Z]{2,}\.?", m.group(2))}
+    words = {w.lower().rstrip(".") for w in re.findall(r"[a-zA-Z]+\.?", m.group(2))}
     if not words or words & _NOT_UNITS or "\\" in m.group(2) or m.group(1).endswith("\\"):
         return s
     return m.group(1).strip()
 
 
+def _fix_escapes(s: str) -> str:
+    """``\\\\frac`` (an over-escaped command) -> ``\\frac``; all-doubled text is halved."""
+    if "\\\\" not in s:
+        return s
+    if re.search(r"(?<!\\)\\\\[a-zA-Z]", s) and not re.search(r"(?<!\\)\\[a-zA-Z]", s):
+        return s.replace("\\\\", "\\")
+    return re.sub(r"(?<!\\)\\\\(?=(?:frac|dfrac|sqrt|le|ge|text|pi|left|right|cdot|times)(?![a-zA-Z]))", r"\\", s)
+
+
+def _strip_delims(s: str) -> str:
+    s = s.strip()
+    for a, b in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
+        if s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):
+            s = s[len(a):len(s) - len(b)].strip()
+    return s
+
+
 @lru_cache(maxsize=65536)
 def normalize(answer: str) -> str:
     """Canonical form of one final answer (see the module docstring). Idempotent."""
-    s = answer.strip()
+    s = _fix_escapes(_strip_delims(answer))
+    s = _NUM_SPACING.sub(r"\1,", s)
     for old, new in _SIMPLE_REPLACE:
         if old in s:
             s = s.replace(old, new)
+    for pattern, new in _REL_WORDS:
+        s = pattern.sub(lambda _m, n=new: n, s)
     s = _SPACING.sub(lambda m: " " if m.group(0) == "\\ " else "", s)
     s = _LEFT_RIGHT.sub("", s)
     s = _unwrap_text(s).strip()
-    s = s.strip().rstrip(".").strip()
-    s = re.sub(r"\\?\s*(?:degrees?|deg)\s*$", "", s).strip() if re.search(r"\d\s*(?:degrees?|deg)$", s) else s
+    s = re.sub(r"(?<!\.)[.,;:]\s*$", "", s).strip() if not s.endswith("\\ldots") else s
+    s = _PERCENT_WORD.sub(r"\1", s).strip()
+    s = re.sub(r"\s*(?:\^\s*\{?\\circ\}?|°|\\circ|\\?\s*degrees?)\s*$", "", s).strip()
     s = _drop_unit_words(s)
-    s = _ASSIGN.sub("", s) if s.count("=") <= 1 else s
+    s = _IN_PREFIX.sub("", s)
     s = _WS.sub(" ", s).strip()
+    if s.startswith("{") and s.endswith("}") and _encloses(s):
+        s = s[1:-1].strip()
     m = _CHOICE.match(s)
     return m.group(1) if m else s
+
+
+def has_percent(raw: str) -> bool:
+    """Was the answer written as a percentage (``28\\%``, ``28 percent``, ``28 pct``)?"""
+    return "%" in raw or bool(re.search(r"\d\s*(?:percent|pct)", raw))
 
 
 def key(s: str) -> str:
@@ -94,14 +129,10 @@ def key(s: str) -> str:
     return _WS.sub("", s)
 
 
-def canonical_thousands(s: str, *, as_separators: bool = False) -> str:
-    """``1,000`` -> ``1000`` (or, with ``as_separators``, leave commas as list separators)."""
-    return s if as_separators else _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), s)
-
-
-def has_ambiguous_commas(s: str) -> bool:
-    """True when ``s`` holds a ``d,ddd`` group that could also be read as two list items."""
-    return bool(_THOUSANDS_OK.search(s))
+def canonical_thousands(s: str) -> str:
+    """``1,000`` -> ``1000``; ``1 000`` -> ``1000``."""
+    s = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), s)
+    return _SPACE_THOUSANDS.sub(lambda m: m.group(1).replace(" ", ""), s)
 
 
 def _frac(num: str, den: str) -> Fraction | None:
@@ -112,12 +143,24 @@ def _frac(num: str, den: str) -> Fraction | None:
         return None
 
 
-@lru_cache(maxsize=65536)
-def _to_number(s: str) -> Fraction | None:
-    """Read a normalised answer as an exact number, or ``None`` when it is not a plain number."""
-    s = key(canonical_thousands(s))
-    if not s or len(s) > 200:
+def _mixed(m: re.Match) -> Fraction | None:
+    num, den = next((m.group(i), m.group(i + 1)) for i in (3, 5, 7) if m.group(i))
+    part = _frac(num, den)
+    if part is None or not 0 <= part < 1:
         return None
+    value = int(m.group(2)) + part
+    return -value if m.group(1) == "-" else value
+
+
+@lru_cache(maxsize=65536)
+def number(s: str) -> Fraction | None:
+    """Read a normalised answer as an exact number, or ``None`` when it is not a plain number."""
+    s = canonical_thousands(s.strip())
+    if not s or len(s) > 120 or not re.search(r"\d", s):
+        return None
+    if m := _MIXED_RE.fullmatch(_WS.sub(" ", s)):
+        return _mixed(m)
+    s = key(s)
     if _DEC_RE.fullmatch(s):
         return Fraction(s.rstrip("."))
     if m := _SCI_RE.fullmatch(s):
@@ -128,45 +171,55 @@ def _to_number(s: str) -> Fraction | None:
     if m := _FRAC_RE.fullmatch(s):
         value = _frac(m.group(2) or m.group(3), m.group(4) or m.group(5))
         return -value if value is not None and m.group(1) == "-" else value
-    s_spaced = _WS.sub(" ", s)
-    if m := _MIXED_RE.fullmatch(s_spaced):
-        num, den = (m.group(3), m.group(4)) if m.group(3) else (m.group(5), m.group(6))
-        part = _frac(num, den)
-        if part is None or not 0 < part < 1:
-            return None
-        value = int(m.group(2)) + part
-        return -value if m.group(1) == "-" else value
     return None
 
 
-def _mixed_spaced(s: str) -> Fraction | None:
-    """Mixed numbers need their space (``7 3/4``), which :func:`_to_number`'s key drops."""
-    m = _MIXED_RE.fullmatch(_WS.sub(" ", canonical_thousands(s).strip()))
-    if not m or not m.group(3):
+@lru_cache(maxsize=65536)
+def decimal_literal(s: str) -> tuple[Fraction, Fraction] | None:
+    """``(value, half a unit of the last written digit)`` for a decimal with a point (``0.67``,
+    ``2.3148\\times 10^{-3}``) written to at least 2 places or 3 significant digits, else ``None``."""
+    t = key(canonical_thousands(s))
+    exp = 0
+    if m := _SCI_RE.fullmatch(t):
+        t, exp = m.group(1), int(m.group(2))
+        if abs(exp) > 300:
+            return None
+    m = re.fullmatch(r"[-+]?(\d*)\.(\d+)", t)
+    if not m:
         return None
-    part = _frac(m.group(3), m.group(4))
-    if part is None or not 0 < part < 1:
+    places = len(m.group(2))
+    significant = len((m.group(1) + m.group(2)).lstrip("0"))
+    if places < 2 and significant < 3:
         return None
-    value = int(m.group(2)) + part
-    return -value if m.group(1) == "-" else value
+    scale = Fraction(10) ** exp
+    return Fraction(t) * scale, Fraction(1, 2 * 10 ** places) * scale
 
 
-def number(s: str) -> Fraction | None:
-    """:func:`_to_number`, also reading space-separated mixed numbers such as ``7 3/4``."""
-    return _mixed_spaced(s) if re.search(r"\d\s+\d+\s*/", s) else _to_number(s)
+def decimal_comma(s: str) -> Fraction | None:
+    """``3,75`` / ``1000,99`` / ``0,111`` read with a decimal comma (no valid thousands grouping)."""
+    t = s.strip()
+    m = re.fullmatch(r"([-+]?\d+),(\d+)", t)
+    if not m or (re.fullmatch(r"[-+]?[1-9]\d{0,2}", m.group(1)) and len(m.group(2)) == 3):
+        return None
+    return Fraction(f"{m.group(1)}.{m.group(2)}")
 
 
 def split_top(s: str, sep: str = ",") -> list[str]:
     """Split on ``sep`` outside brackets and braces."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(s):
+    parts, depth, start, n = [], 0, 0, len(sep)
+    i = 0
+    while i < len(s):
+        ch = s[i]
         if ch in _OPEN:
             depth += 1
         elif ch in _CLOSE:
             depth -= 1
-        elif ch == sep and depth == 0:
+        elif depth == 0 and s.startswith(sep, i):
             parts.append(s[start:i])
-            start = i + 1
+            start = i + n
+            i += n
+            continue
+        i += 1
     parts.append(s[start:])
     return [p.strip() for p in parts]
 
@@ -184,79 +237,4 @@ def _encloses(s: str) -> bool:
     return False
 
 
-def _expand_pm(item: str) -> tuple[str, ...]:
-    """``a \\pm b`` -> ``(a+b, a-b)``; anything else -> ``(item,)``."""
-    parts = item.split("\\pm")
-    if len(parts) != 2 or not parts[1].strip():
-        return (item,)
-    a, b = parts[0].strip(), parts[1].strip()
-    return (f"{a}+{b}", f"{a}-{b}") if a else (b, f"-{b}")
-
-
-@lru_cache(maxsize=65536)
-def structure(s: str) -> tuple[str, tuple[str, ...]] | None:
-    """``(kind, items)`` for tuples/intervals ``"()"``, ``"[)"``..., sets ``"set"``, ratios ``":"``."""
-    if s.startswith("\\{") and s.endswith("\\}"):
-        return "set", tuple(i for item in split_top(s[2:-2]) for i in _expand_pm(item))
-    if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and _encloses(s):
-        items = split_top(s[1:-1])
-        return (s[0] + s[-1], tuple(items)) if len(items) >= 2 else None
-    items = split_top(s)
-    if len(items) >= 2 and all(items):
-        return "set", tuple(i for item in items for i in _expand_pm(item))
-    if len(pm := _expand_pm(s)) == 2:
-        return "set", pm
-    ratio = split_top(s, ":")
-    if len(ratio) == 2 and all(number(r) is not None for r in ratio):
-        return ":", tuple(ratio)
-    return None
-
-
-def _is_text(s: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z][A-Za-z .'-]+", s))
-
-
-def _numbers_equal(a: Fraction, b: Fraction, rel_tol: float) -> bool:
-    if a == b:
-        return True
-    return rel_tol > 0 and abs(a - b) <= rel_tol * max(abs(a), abs(b))
-
-
-def fast_equal(pred: str, gold: str, rel_tol: float = 1e-9) -> bool | None:
-    """Compare two normalised answers; ``None`` means "cannot tell without sympy"."""
-    if key(pred) == key(gold):
-        return True
-    a, b = number(pred), number(gold)
-    if a is not None and b is not None:
-        return _numbers_equal(a, b, rel_tol)
-    if _is_text(pred) or _is_text(gold):
-        if _is_text(pred) and _is_text(gold):
-            return pred.lower().replace(" ", "") == gold.lower().replace(" ", "")
-        if a is not None or b is not None:
-            return False
-    sp, sg = structure(canonical_thousands(pred)), structure(canonical_thousands(gold))
-    if sp is None or sg is None:
-        one = sp or sg
-        if one is not None and (one[0] in (":", "set") or a is not None or b is not None):
-            return False  # a number, ratio or list never equals a single other answer
-        return None
-    return _structures_equal(sp, sg, rel_tol)
-
-
-def _structures_equal(sp: tuple[str, tuple[str, ...]], sg: tuple[str, tuple[str, ...]],
-                      rel_tol: float) -> bool | None:
-    (kp, ip), (kg, ig) = sp, sg
-    if kp != kg or len(ip) != len(ig):
-        return False if ":" in (kp, kg) or "set" not in (kp, kg) else None
-    if kp == "set":
-        remaining = list(ig)
-        for item in ip:
-            match = next((g for g in remaining if fast_equal(item, g, rel_tol) is True), None)
-            if match is None:
-                return None
-            remaining.remove(match)
-        return True
-    verdicts = [fast_equal(p, g, rel_tol) for p, g in zip(ip, ig)]
-    if False in verdicts:
-        return False
-    return True if all(verdicts) else None
+encloses = _encloses
