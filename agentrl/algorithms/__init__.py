@@ -17,12 +17,22 @@ from agentrl.algorithms.advantages import (
 from agentrl.algorithms.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl_penalty
 from agentrl.algorithms.losses import (
     AGGREGATIONS,
+    POLICY_LOSSES,
     agg_loss,
+    cispo_loss,
     entropy_from_logits,
     masked_mean,
     masked_whiten,
     policy_loss,
+    sapo_loss,
     value_loss,
+)
+from agentrl.algorithms.offpolicy import (
+    correction_weights,
+    mis_keep,
+    mismatch_metrics,
+    staleness_metrics,
+    tis_weights,
 )
 from agentrl.algorithms.preference import (
     dpo_loss,
@@ -36,4 +46,6 @@ __all__ = [
     "entropy_from_logits", "gae", "group_norm_scores", "kl_penalty", "masked_mean", "masked_whiten",
     "policy_loss", "reinforce_baseline_scores", "reward_model_loss", "rloo_scores", "sft_loss",
     "token_level_rewards", "value_loss",
+    "POLICY_LOSSES", "cispo_loss", "sapo_loss", "correction_weights", "mis_keep", "mismatch_metrics",
+    "staleness_metrics", "tis_weights",
 ]

@@ -61,13 +61,16 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
                 mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2,
                 dual_clip: float | None = None, ratio_type: str = "token", agg: str = "token-mean",
                 num_tokens: float | None = None, num_seqs: float | None = None,
-                max_len: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                max_len: int | None = None, weights: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate loss with asymmetric and dual clipping.
 
     Args: ``logprobs``, ``old_logprobs``, ``advantages``, ``mask`` all (B,A).
     ``ratio_type="sequence"`` uses GSPO's sequence ratio ``exp(mean_t(logp - old))`` per sample
     (its gradient flows through every token). ``dual_clip`` (c > 1) bounds the loss of negative
-    advantages by ``-c * A``. Returns the scalar loss and metrics (``clipfrac``, ``ratio``).
+    advantages by ``-c * A``. ``weights`` (B,A), detached, scale each token's loss (off-policy
+    correction, ``agentrl.algorithms.offpolicy``). Returns the scalar loss and metrics (``clipfrac``,
+    ``ratio``).
     """
     log_ratio = logprobs - old_logprobs
     if ratio_type == "sequence":
@@ -83,11 +86,59 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         if dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
         loss = torch.where(advantages < 0, torch.min(loss, -dual_clip * advantages), loss)
+    if weights is not None:
+        loss = loss * weights
     total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
     with torch.no_grad():
         clipped = (surr2 < surr1).to(loss.dtype)
         metrics = {"clipfrac": masked_mean(clipped, mask), "ratio": masked_mean(ratio, mask)}
     return total, metrics
+
+
+def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+               mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2, agg: str = "token-mean",
+               num_tokens: float | None = None, num_seqs: float | None = None, max_len: int | None = None,
+               weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax-M1): REINFORCE whose IS weight is clipped and detached, so every token keeps a
+    gradient: ``-sg(clip(r, 1 - clip_low, 1 + clip_high)) * A * logp``, ``r = exp(logp - old)``.
+    Inputs (B,A); ``weights`` as in :func:`policy_loss`. Returns the loss and metrics."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    clipped = ratio.detach().clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = -clipped * advantages * logprobs
+    if weights is not None:
+        loss = loss * weights
+    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    with torch.no_grad():
+        metrics = {"clipfrac": masked_mean((clipped != ratio).to(loss.dtype), mask),
+                   "ratio": masked_mean(ratio, mask)}
+    return total, metrics
+
+
+def sapo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, *, tau_pos: float = 1.0, tau_neg: float = 1.05, agg: str = "token-mean",
+              num_tokens: float | None = None, num_seqs: float | None = None, max_len: int | None = None,
+              weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SAPO: a soft gate in place of PPO's hard clip, ``-(4/tau) * sigmoid(tau * (r - 1)) * A`` with
+    ``tau = tau_pos`` for positive advantages and ``tau_neg`` otherwise. At ``r = 1`` its gradient is
+    the policy gradient; far from 1 it fades smoothly. Inputs (B,A); returns the loss and metrics
+    (``clipfrac`` here: tokens whose gate weight fell below one half)."""
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"SAPO temperatures must be > 0, got tau_pos={tau_pos}, tau_neg={tau_neg}")
+    ratio = torch.exp(logprobs - old_logprobs)
+    tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0))
+    loss = -(4.0 / tau) * gate * advantages
+    if weights is not None:
+        loss = loss * weights
+    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    with torch.no_grad():
+        grad_weight = 4.0 * gate * (1.0 - gate)  # d loss / d logp = grad_weight * r * (-A)
+        metrics = {"clipfrac": masked_mean((grad_weight < 0.5).to(loss.dtype), mask),
+                   "ratio": masked_mean(ratio, mask)}
+    return total, metrics
+
+
+POLICY_LOSSES = ("ppo", "cispo", "sapo")
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,

@@ -30,7 +30,7 @@ CHOICES = {
     "algo.ratio_type": ("token", "sequence"),
     "algo.policy_loss": ("ppo", "cispo", "sapo"),
     "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
-    "rollout.engine": ("hf", "vllm"),
+    "rollout.engine": ("hf", "vllm", "auto"),
     "cluster.mode": ("local", "ray"),
     "cluster.strategy": ("deepspeed", "ddp"),
     "cluster.zero_stage": (0, 1, 2, 3),

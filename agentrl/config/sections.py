@@ -97,7 +97,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     engine: str = "hf"
-    """Inference engine: hf (transformers, embedded default) | vllm."""
+    """Inference engine: hf (transformers, embedded default) | vllm | auto (the faster, measured: bench/README.md)."""
     n_samples: int = 8
     """Samples per task (the group of group estimators)."""
     max_new_tokens: int = 64

@@ -60,7 +60,7 @@ class ShardedPolicyLearner(PolicyLearner):
             share = weight * micro.action_mask.sum().item() / max(num_tokens, 1)
             acc["policy_loss"] += weight * stats.pop("policy_loss")
             for k, v in stats.items():
-                acc[k] += v * share
+                acc[k] = acc.get(k, 0.0) + v * share
             s.backward(loss * (weight * s.world_size))
         acc = s.all_reduce_sum(acc)
         acc["grad_norm"] = s.step()
