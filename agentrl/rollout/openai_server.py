@@ -23,8 +23,6 @@ trained); a request's ``max_tokens`` cuts its completion shorter. FastAPI and uv
 imported only when a server starts.
 """
 
-from __future__ import annotations
-
 import asyncio
 import itertools
 import queue
@@ -82,7 +80,7 @@ class PolicyServer:
         self.port = 0
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> PolicyServer:
+    def start(self) -> "PolicyServer":
         """Serve on 127.0.0.1 (a free port) in background threads; returns when it accepts requests."""
         import uvicorn
 
@@ -207,7 +205,7 @@ class PolicyServer:
 
     # ------------------------------------------------------------------ HTTP
     def _app(self) -> Any:
-        from fastapi import FastAPI, HTTPException, Request
+        from fastapi import FastAPI, HTTPException, Request  # real names: FastAPI reads the annotations
 
         app = FastAPI(title="agentrl policy (OpenAI-compatible)")
 

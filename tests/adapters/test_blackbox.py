@@ -1,0 +1,87 @@
+"""A black-box agent written against the openai package trains 2 steps; the endpoint records every
+completion token-exact and stitches an episode's completions into one trajectory."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+from agentrl.models import load_causal_lm, load_tokenizer  # noqa: E402
+from agentrl.rollout.engines.base import SamplingParams  # noqa: E402
+from agentrl.rollout.engines.hf import HFEngine  # noqa: E402
+from agentrl.rollout.openai_server import PolicyServer  # noqa: E402
+from tests.adapters.conftest import FILES, sums, train  # noqa: E402
+
+
+def test_openai_agent_trains_two_steps(tmp_path, tiny, jsonl):
+    data = jsonl([{"prompt": p, "label": a} for p, a in sums()])
+    env = {"id": f"agent:{FILES / 'openai_agent.py'}:solve", "kwargs": {"dataset": data, "concurrency": 4}}
+    steps = train(tmp_path, tiny, env)
+    assert all(r["samples_used"] == 16 for r in steps)
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    tok = load_tokenizer(tiny)
+    engine = HFEngine(load_causal_lm(tiny, device="cpu"), tok)
+    srv = PolicyServer(engine, tok, SamplingParams(max_new_tokens=4, temperature=1.0)).start()
+    yield srv, engine, tok
+    srv.close()
+
+
+def test_completions_are_recorded_token_exact_and_stitched(server):
+    srv, engine, tok = server
+    eid, url = srv.new_episode()
+    client = openai.OpenAI(base_url=url, api_key="x")
+    first = client.chat.completions.create(model="p", messages=[{"role": "user", "content": "1+2="}])
+    text = first.choices[0].message.content
+    msgs = [{"role": "user", "content": "1+2="}, {"role": "assistant", "content": text},
+            {"role": "user", "content": "again"}]
+    client.chat.completions.create(model="p", messages=msgs, max_tokens=2)
+    ep = srv.pop_episode(eid)
+    assert ep.completions == 2 and ep.rewritten == 0
+    assert ep.prompt_ids == tok("1+2=", add_special_tokens=False)["input_ids"]
+    kinds = [s.is_action for s in ep.segments]
+    assert kinds == [True, False, True]
+    assert tok.decode(ep.segments[0].token_ids, skip_special_tokens=True) == text
+    assert ep.segments[1].token_ids == tok("\nagain\n", add_special_tokens=False)["input_ids"]
+    assert len(ep.segments[2].token_ids) <= 2
+    assert all(len(s.logprobs) == len(s.token_ids) for s in ep.segments if s.is_action)
+    # the recorded log-probs are the policy's for exactly these tokens (no re-tokenization)
+    import torch
+
+    ids = ep.context()
+    with torch.no_grad():
+        logits = engine.model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    start = len(ep.prompt_ids)
+    seg = ep.segments[0]
+    want = [logits[start + i - 1, t].item() for i, t in enumerate(seg.token_ids)]
+    assert want == pytest.approx(seg.logprobs, abs=1e-3)
+
+
+def test_completions_endpoint_and_concurrent_agents(server):
+    srv, _, tok = server
+    results: dict[int, list[str]] = {}
+
+    def agent(k: int) -> None:
+        eid, url = srv.new_episode()
+        client = openai.OpenAI(base_url=url, api_key="x")
+        a = client.completions.create(model="p", prompt=f"{k}+1=", max_tokens=3).choices[0].text
+        b = client.completions.create(model="p", prompt=f"{k}+1={a} ok", max_tokens=3).choices[0].text
+        ep = srv.pop_episode(eid)
+        assert [s.is_action for s in ep.segments] == [True, False, True] and ep.rewritten == 0
+        assert ep.segments[1].token_ids == tok(" ok", add_special_tokens=False)["input_ids"]
+        results[k] = [a, b]
+
+    threads = [threading.Thread(target=agent, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [0, 1, 2, 3]
+    with pytest.raises(openai.NotFoundError):
+        openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/ep/999/v1", api_key="x").completions.create(
+            model="p", prompt="x")
