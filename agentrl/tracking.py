@@ -172,7 +172,7 @@ def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step
     """The last line of ``agentrl train``: held-out accuracy before and after RL, and the steps that ran."""
     before, after = summary["eval_before"], summary["eval_after"]
     start = "after warm start" if warm else "before RL"
-    steps = f"{steps_run} steps" + (f" (steps {start_step + 1}-{start_step + steps_run} of a resumed run)"
-                                    if start_step else "")
+    steps = f"{steps_run} step{'' if steps_run == 1 else 's'}" + (
+        f" (steps {start_step + 1}-{start_step + steps_run} of a resumed run)" if start_step else "")
     return (f"held-out accuracy: {start} {before:.3f} -> after RL {after:.3f} ({after - before:+.3f}) "
             f"in {steps}, {summary['rl_seconds']:.0f} s of RL")

@@ -199,7 +199,7 @@ class MultiTurnExecutor:
             e.info["parsed"] = step_info["parsed"]
         if terminated or truncated or out_of_budget or len(e.turn_rewards) >= self.max_turns:
             reason = ("terminated" if terminated else "env_truncated" if truncated
-                      else "episode_budget" if out_of_budget else "max_turns")
+                      else "max_turns" if len(e.turn_rewards) >= self.max_turns else "episode_budget")
             self._end(e, bool(terminated), bool(truncated) or out_of_budget or not terminated, reason)
             return
         feedback = self.feedback_ids(obs, ids)

@@ -1,0 +1,32 @@
+"""Envs the newcomer tests train (tests/test_newcomer.py): a multi-turn guessing game."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agentrl import Task, TextEnv
+
+
+class GuessEnv(TextEnv):
+    """Guess a digit in up to four turns; "higher" / "lower" as feedback; reward 1 for the digit."""
+
+    max_turns = 4
+    feedback_role = "user"
+
+    def __init__(self, split: str = "train") -> None:
+        super().__init__()
+        self.split = split
+
+    def sample_task(self, rng: np.random.Generator) -> Task:
+        d = str(int(rng.integers(0, 10)))
+        return Task(id=f"guess-{d}", prompt="Guess my digit:", answer=d)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self.task is not None
+        guess = action.strip()
+        if guess == self.task.answer:
+            return "", 1.0, True, False, {"reward_components": {"correct": 1.0}}
+        hint = "higher" if guess < self.task.answer else "lower"
+        return hint, 0.0, False, False, {"reward_components": {"correct": 0.0}}
