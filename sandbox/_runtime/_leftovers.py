@@ -47,7 +47,7 @@ def end_leftovers(iso: dict, pid: int, wait_s: float = WAIT_S) -> int:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return len(left)
-        _kill_and_wait(iso, [p for p, zombie in left.items() if not zombie], min(remaining, ROUND_S))
+        _kill_and_wait(iso, left, min(remaining, ROUND_S))
 
 
 def kill_leftovers(iso: dict, pid: int) -> None:
@@ -157,12 +157,14 @@ def _state(pid: int) -> str | None:
     return _field(pid, 0)
 
 
-def _kill_and_wait(iso: dict, pids: list[int], timeout_s: float) -> None:
+def _kill_and_wait(iso: dict, left: dict[int, bool], timeout_s: float) -> None:
     """SIGKILL each live leftover through a pidfd (so a reused pid is never hit) and wait until
-    one of them ends or `timeout_s` passes."""
+    one of them ends or `timeout_s` passes; return at once when a zombie child is there to reap."""
     uid, mine = iso.get("uid"), set(children())
+    if any(zombie and pid in mine for pid, zombie in left.items()):
+        return
     poller, fds = select.poll(), []
-    for pid in pids:
+    for pid in (p for p, zombie in left.items() if not zombie):
         try:
             fd = os.pidfd_open(pid)
         except OSError:

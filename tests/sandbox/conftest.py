@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sbhelpers import ROOMY
 
 import sandbox
 from sandbox.local import LocalSandbox
@@ -23,7 +24,8 @@ def humaneval() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def local() -> sandbox.Sandbox:
-    """A local sandbox with two warm fork-servers and short limits."""
-    sb = LocalSandbox(sandbox.Limits(timeout_s=2.0, memory_mb=256), workers=2)
+    """A local sandbox with two warm fork-servers; roomy wall-clock limits (a job that should
+    time out passes `limits=SHORT`)."""
+    sb = LocalSandbox(ROOMY, workers=2)
     yield sb
     sb.close()

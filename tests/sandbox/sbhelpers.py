@@ -7,6 +7,12 @@ import os
 import sandbox
 
 SCRATCH = ("/tmp", "/dev/shm", "/var/tmp")
+# Wall-clock limits in these tests. A program that is meant to end gets ROOMY: on a busy machine
+# (CI shares its cores) even a short program can take seconds of wall time, and a limit near its
+# unloaded time makes the test fail by load. A program that is meant to be stopped (it never ends)
+# gets SHORT: how long it runs does not change the outcome, only the test's duration.
+ROOMY = sandbox.Limits(timeout_s=60.0, memory_mb=256)
+SHORT = ROOMY.replace(timeout_s=2.0)
 
 
 def broken_variant(problem: dict, i: int) -> str:

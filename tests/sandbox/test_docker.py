@@ -10,7 +10,7 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sbhelpers import FORK_BOMB, OWN_PROCS_AND_FORKS, broken_variant
+from sbhelpers import FORK_BOMB, OWN_PROCS_AND_FORKS, ROOMY, SHORT, broken_variant
 
 import sandbox
 
@@ -39,9 +39,11 @@ def _client():
 
 @pytest.fixture(scope="module")
 def dsb() -> sandbox.Sandbox:
-    """A Docker sandbox on the locally built image, two warm containers."""
+    """A Docker sandbox on the locally built image, two warm containers; roomy wall-clock limits
+    (a job that should time out passes `limits=SHORT`)."""
     _client()
-    sb = sandbox.get_sandbox("docker", image="local", timeout_s=3.0, memory_mb=256, workers=2)
+    sb = sandbox.get_sandbox("docker", image="local", timeout_s=ROOMY.timeout_s, memory_mb=ROOMY.memory_mb,
+                             workers=2)
     yield sb
     sb.close()
 
@@ -66,7 +68,7 @@ def test_stdin_and_files(dsb: sandbox.Sandbox) -> None:
     ("open('/etc/x', 'w')", "error"),
 ])
 def test_limits(dsb: sandbox.Sandbox, code: str, status: str) -> None:
-    assert dsb.run(code).status == status
+    assert dsb.run(code, limits=SHORT).status == status
 
 
 def test_output_capped(dsb: sandbox.Sandbox) -> None:
@@ -93,7 +95,7 @@ def test_nothing_survives_a_job(dsb: sandbox.Sandbox) -> None:
 
 
 def test_fork_bomb_then_healthy(dsb: sandbox.Sandbox) -> None:
-    res = dsb.run(FORK_BOMB)
+    res = dsb.run(FORK_BOMB, limits=SHORT)
     assert res.status in ("timeout", "error", "killed", "memory")
     assert dsb.run(OWN_PROCS).stdout == "1\n"
 
@@ -107,7 +109,7 @@ def test_fork_bombs_in_a_row() -> None:
         for i in range(BOMB_ROUNDS):
             bomb = sb.run(FORK_BOMB)
             assert bomb.status in ("timeout", "error", "killed", "memory"), (i, bomb.stderr[-500:])
-            after = sb.run(OWN_PROCS_AND_FORKS)
+            after = sb.run(OWN_PROCS_AND_FORKS, limits=ROOMY)
             assert (i, after.stdout) == (i, "1 20\n"), after.stderr[-500:]
         assert len(sb._all) == 1  # type: ignore[attr-defined]  # one container all along, never replaced
 
@@ -121,9 +123,9 @@ def test_fake_pass_fails(dsb: sandbox.Sandbox) -> None:
 
 
 def test_eight_at_a_time(dsb: sandbox.Sandbox) -> None:
-    codes = [f"print({i})" if i % 2 else "while True: pass" for i in range(8)]
+    jobs = [(f"print({i})", ROOMY) if i % 2 else ("while True: pass", SHORT) for i in range(8)]
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(dsb.run, codes))
+        results = list(pool.map(lambda job: dsb.run(job[0], limits=job[1]), jobs))
     assert [r.status for r in results] == ["timeout", "ok"] * 4
     assert [r.stdout for r in results[1::2]] == ["1\n", "3\n", "5\n", "7\n"]
 

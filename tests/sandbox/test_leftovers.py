@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from sbhelpers import FORK_BOMB, OWN_PROCS_AND_FORKS, processes_of, sandbox_uids
+from sbhelpers import FORK_BOMB, OWN_PROCS_AND_FORKS, ROOMY, processes_of, sandbox_uids
 
 import sandbox
 from sandbox.local import SERVER, LocalSandbox
@@ -53,7 +53,7 @@ def _bombs_in_a_row(sb: sandbox.Sandbox, rounds: int = ROUNDS) -> None:
         assert bomb.status in ("timeout", "error", "killed", "memory"), (i, bomb.stderr[-500:])
         uids = sandbox_uids(sb)
         assert uids and (i, processes_of(uids)) == (i, [])
-        after = sb.run(OWN_PROCS_AND_FORKS)
+        after = sb.run(OWN_PROCS_AND_FORKS, limits=ROOMY)
         assert (i, after.stdout) == (i, "1 20\n"), after.stderr[-500:]
         assert processes_of(uids) == []
 
@@ -82,7 +82,7 @@ def test_daemon_does_not_outlive_its_job_without_namespaces(tmp_path: Path) -> N
         for _ in range(3):
             assert sb.run(DAEMON).stdout == "left a daemon\n"
             assert processes_of(sandbox_uids(sb)) == []
-            assert sb.run(OWN_PROCS_AND_FORKS).stdout == "1 20\n"
+            assert sb.run(OWN_PROCS_AND_FORKS, limits=ROOMY).stdout == "1 20\n"
 
 
 @pytest.mark.slow

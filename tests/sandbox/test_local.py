@@ -15,7 +15,7 @@ import sandbox
 def test_result_fields(local: sandbox.Sandbox) -> None:
     res = local.run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)")
     assert (res.status, res.exit_code, res.stdout, res.stderr) == ("error", 3, "out\n", "err\n")
-    assert not res.stdout_truncated and not res.stderr_truncated and 0 < res.duration_s < 2
+    assert not res.stdout_truncated and not res.stderr_truncated and res.duration_s > 0
     ok = local.run("print(sum(range(10)))")
     assert ok.ok and ok.status == "ok" and ok.exit_code == 0 and ok.stdout == "45\n"
 
@@ -54,8 +54,9 @@ def test_stdlib_imports_work_as_sandbox_uid(local: sandbox.Sandbox) -> None:
 
 
 def test_per_run_limits_override(local: sandbox.Sandbox) -> None:
+    # Ends after 1 s under the sandbox's own limit; only the per-run 0.3 s makes it time out.
     res = local.run("import time\ntime.sleep(1)\nprint('done')", limits=sandbox.Limits(timeout_s=0.3))
-    assert res.status == "timeout" and res.duration_s < 1
+    assert res.status == "timeout" and res.stdout == ""
     res = local.run("print('x' * 100)", limits=sandbox.Limits(max_output_bytes=10))
     assert res.stdout == "x" * 10 and res.stdout_truncated
 
@@ -69,8 +70,10 @@ def test_limits_are_validated() -> None:
 
 
 def test_cpu_limit(local: sandbox.Sandbox) -> None:
-    res = local.run("while True: pass", limits=sandbox.Limits(timeout_s=10, cpu_s=1))
-    assert res.status == "timeout" and res.exit_code in (-9, -24) and res.duration_s < 9
+    # 1 s of CPU takes several seconds of wall time on a busy machine; the wall limit is far away,
+    # so only the CPU limit (SIGXCPU, then SIGKILL at the hard limit) can have ended it.
+    res = local.run("while True: pass", limits=sandbox.Limits(timeout_s=60, cpu_s=1))
+    assert res.status == "timeout" and res.exit_code in (-9, -24) and res.duration_s < 55
 
 
 def test_random_differs_between_jobs(local: sandbox.Sandbox) -> None:
@@ -99,8 +102,8 @@ def test_asyncio(local: sandbox.Sandbox) -> None:
 
 
 def test_get_sandbox_and_context_manager() -> None:
-    with sandbox.get_sandbox("local", timeout_s=1.5, workers=1, preload=()) as sb:
-        assert sb.limits.timeout_s == 1.5 and sb.backend == "local"
+    with sandbox.get_sandbox("local", timeout_s=30.5, workers=1, preload=()) as sb:
+        assert sb.limits.timeout_s == 30.5 and sb.backend == "local"
         assert sb.run("print('hi')").stdout == "hi\n"
     with pytest.raises(RuntimeError):
         sb.run("print(1)")
@@ -109,14 +112,14 @@ def test_get_sandbox_and_context_manager() -> None:
 
 
 def test_session_keeps_state(local: sandbox.Sandbox) -> None:
-    with sandbox.PythonSession(sandbox.Limits(timeout_s=1)) as sess:
+    with sandbox.PythonSession(sandbox.Limits(timeout_s=3)) as sess:
         assert sess.execute("x = 20").status == "ok"
         out = sess.execute("x += 22\nprint('x is', x)\nx")
         assert out.stdout == "x is 42\n42\n"
         err = sess.execute("1 / 0")
         assert err.status == "error" and "ZeroDivisionError" in err.stderr
         assert sess.execute("x").stdout == "42\n"
-        assert sess.execute("import time\ntime.sleep(3)").status == "timeout"
+        assert sess.execute("import time\ntime.sleep(60)").status == "timeout"
         fresh = sess.execute("print('x' in globals())")
         assert fresh.stdout == "False\n" and "restarted" in fresh.stderr
         assert sess.execute("import os\nos.getuid()").stdout.strip() != "0"
