@@ -131,9 +131,14 @@ class CalculatorMathEnv(ToolEnv):
     """GSM8K (or another math env) with a calculator tool."""
 
     def __init__(self, base: str = "agentrl/GSM8K-v0", max_tool_calls: int = 4, max_turns: int | None = None,
-                 tools_prompt: str = TOOLS_PROMPT, render_mode: str | None = None, **base_kwargs: Any) -> None:
+                 tools_prompt: str | None = None, render_mode: str | None = None, tool_parser: str = "hermes",
+                 **base_kwargs: Any) -> None:
+        from environments.tool_parsers import PROMPTS, get_parser
+
+        parse = get_parser(tool_parser)
         super().__init__(agentrl.make(base, **base_kwargs), [Calculator()], max_tool_calls=max_tool_calls,
-                         max_turns=max_turns, tools_prompt=tools_prompt, render_mode=render_mode)
+                         max_turns=max_turns, tools_prompt=tools_prompt or PROMPTS[tool_parser],
+                         render_mode=render_mode, parse=None if tool_parser == "hermes" else parse)
 
 
 class PythonToolMathEnv(ToolEnv):

@@ -139,11 +139,13 @@ class ToolEnv(TextEnv):
     feedback_role = "user"
 
     def __init__(self, inner: TextEnv, tools: list[Tool], max_tool_calls: int = 4, max_turns: int | None = None,
-                 tools_prompt: str = TOOLS_PROMPT, render_mode: str | None = None) -> None:
+                 tools_prompt: str = TOOLS_PROMPT, render_mode: str | None = None,
+                 parse: Any = None) -> None:
         super().__init__(render_mode=render_mode)
         if not tools or len({t.name for t in tools}) != len(tools) or not all(t.name for t in tools):
             raise ValueError("ToolEnv needs at least one tool and unique, non-empty tool names")
         self.inner, self.tools = inner, {t.name: t for t in tools}
+        self.parse = parse  # another call format: parse(action, schemas) (environments.tool_parsers)
         self.max_tool_calls, self.tools_text = max_tool_calls, tools_text(tools, tools_prompt)
         self.max_turns = max_turns or max_tool_calls + 1
         if self.max_turns < 2:
@@ -182,7 +184,8 @@ class ToolEnv(TextEnv):
             raise RuntimeError("call reset() before step()")
         action = action if isinstance(action, str) else str(action)
         self.turn += 1
-        calls = parse_tool_calls(action)
+        calls = (self.parse(action, {n: t.parameters for n, t in self.tools.items()}) if self.parse
+                 else parse_tool_calls(action))
         if not calls:  # the final answer
             result = self.score(action, self.task)
             info = {"reward_components": dict(result.components), "verified": True, "tool_calls": self.calls,
