@@ -76,7 +76,8 @@ class EnvConfig:
     eval_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
     """Overrides of ``kwargs`` for the held-out evaluation env."""
     dev_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "dev"})
-    """Overrides of ``kwargs`` for the dev env (warm-start selection)."""
+    """Overrides of ``kwargs`` for the dev env (warm-start selection); an env that raises on them gets dev
+    tasks held out of the warm start's training tasks."""
     register: dict[str, str] = field(default_factory=dict)
     """Extra registrations ``{id: module:Class}`` made before the env is created."""
     step_timeout_s: float = 0.0
@@ -103,8 +104,8 @@ class RolloutConfig:
     max_new_tokens: int = 64
     """Token budget of one response (of one turn, in multi-turn episodes)."""
     max_total_tokens: int = 0
-    """Token budget of a whole multi-turn episode after the prompt, actions and feedback (0 = 2 x
-    max_new_tokens x the env's max_turns)."""
+    """Token budget of a whole multi-turn episode after the prompt, actions and feedback together (0 = off:
+    only actions count, max_new_tokens x the env's max_turns, so every turn fits)."""
     temperature: float = 1.0
     """Sampling temperature (0 = greedy)."""
     top_p: float = 1.0
