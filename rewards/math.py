@@ -17,7 +17,9 @@ is decided in pure Python for almost everything: normalisation, numbers, structu
 a randomised identity test that evaluates both expressions at fixed points (exact ``Fraction``
 arithmetic where possible). Only what it cannot read goes to Math-Verify/sympy in the helper process
 (:mod:`rewards._sympy_worker`) under a hard deadline (``timeout_s``, 0.8 s) that works from any
-thread; a timeout is "not equal".
+thread; a timeout is "not equal". The helper starts in the background at a process's first
+comparison, so it is up before the first of those rare checks comes (the reward server's workers
+start it before their first item).
 
 Policies, each with its reason:
 
@@ -64,7 +66,7 @@ from typing import Any
 
 from agentrl.types import RewardResult, Task
 from rewards import math_compare, mathnorm
-from rewards._sympy_worker import sympy_equal
+from rewards._sympy_worker import prestart, sympy_equal
 from rewards.math_extract import Extraction, boxed_contents, find_answer, matching_braces
 
 __all__ = ["MathConfig", "Extraction", "extract", "extract_answer", "is_equivalent", "score", "compare",
@@ -96,6 +98,7 @@ class MathConfig:
 
 
 DEFAULT = MathConfig()
+_helper_started = False
 
 
 def _boxes_agree(a: str, b: str) -> bool:
@@ -140,6 +143,10 @@ def _pred_answer(pred: Extraction, gold_answer: str, gold: Extraction) -> str | 
 
 def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]:
     """Compare two extracted answers: ``(equal, path)``, path is fast, sympy, timeout or hedged."""
+    global _helper_started
+    if cfg.use_sympy and not _helper_started:
+        _helper_started = True
+        prestart()  # in the background: ready by the time one of the rare slow-path checks comes
     if math_compare.has_or(pred) and not math_compare.has_or(gold) and not _several(gold):
         return False, "hedged"
     verdict = math_compare.equal(pred, gold, cfg.rel_tol)

@@ -215,7 +215,7 @@ class _Parser:
             return ("idx", name, sub)
         if name in ("i", "I"):
             return ("const", "i")
-        return ("var", name)
+        return ("const", "e") if name == "e" else ("var", name)
 
     def _raw_group(self) -> str:
         tok = self.take()

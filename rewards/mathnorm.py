@@ -29,7 +29,9 @@ _SIMPLE_REPLACE = [
     ("\\varnothing", "\\emptyset"), ("\\mathbf", ""), ("\\cdot10^", "\\times10^"), ("\\textnormal", "\\text"),
     ("\\leqslant", "\\leq"), ("\\geqslant", "\\geq"), ("<=", "\\leq "), (">=", "\\geq "), ("!=", "\\neq "),
     ("\\lt", "<"), ("\\gt", ">"), ("\\dots", "\\ldots"), ("\\cdots", "\\ldots"), ("²", "^2"), ("³", "^3"),
-    ("\\lvert", "|"), ("\\rvert", "|"), ("\\vert", "|"),
+    ("\\lvert", "|"), ("\\rvert", "|"), ("\\vert", "|"), ("+\\infty", "\\infty"), ("\\infin", "\\infty"),
+    ("π", "\\pi "), ("√", "\\sqrt"), ("×", "\\times "), ("÷", "\\div "), ("·", "\\cdot "), ("≤", "\\leq "),
+    ("≥", "\\geq "), ("≠", "\\neq "), ("∞", "\\infty "),
 ]
 _REL_WORDS = [(re.compile(r"\\le(?![a-zA-Z])"), "\\leq"), (re.compile(r"\\ge(?![a-zA-Z])"), "\\geq"),
               (re.compile(r"\\ne(?![a-zA-Z])"), "\\neq")]
@@ -97,7 +99,7 @@ def _strip_delims(s: str) -> str:
 @lru_cache(maxsize=65536)
 def normalize(answer: str) -> str:
     """Canonical form of one final answer (see the module docstring). Idempotent."""
-    s = _fix_escapes(_strip_delims(answer))
+    s = _fix_escapes(_strip_delims(answer.strip().strip("*")))
     s = _NUM_SPACING.sub(r"\1,", s)
     for old, new in _SIMPLE_REPLACE:
         if old in s:
