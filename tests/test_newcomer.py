@@ -173,3 +173,23 @@ def test_envs_list_gives_each_env_a_description_and_its_kwargs(capsys) -> None:
     i = next(i for i, x in enumerate(lines) if x.startswith("agentrl/Arithmetic-v0"))
     assert code == 0 and "Arithmetic expressions" in lines[i]
     assert lines[i + 1].strip().startswith("kwargs: digits=2") and "split='train'" in lines[i + 1]
+
+
+def test_warm_start_decision_says_why(monkeypatch) -> None:
+    from agentrl.config import load_config
+    from agentrl.rollout.build import make_env
+    from agentrl.training.warm_start import warm_start_decision
+
+    monkeypatch.syspath_prepend(str(HERE))
+    guess = load_config(None, ["env.id=newcomer_envs:GuessEnv"])
+    assert warm_start_decision(guess, make_env(guess)) == (
+        False, "multi-turn env; set model.warm_start.enabled=true to run it on the first turn")
+    monkeypatch.setattr("newcomer_envs.GuessEnv.max_turns", 1)  # one guess: reference answers score
+    assert warm_start_decision(guess, make_env(guess))[0] is True
+    monkeypatch.setattr("newcomer_envs.GuessEnv.reference_answer", lambda self, task: "no digit")
+    run, why = warm_start_decision(guess, make_env(guess))
+    assert not run and "no usable reference answers (its reference answer scores 0.0" in why
+    hub = load_config(None, ["env.id=newcomer_envs:GuessEnv", "model.path=org/model"])
+    assert warm_start_decision(hub, make_env(hub))[1].startswith("model.path is not tiny")
+    forced = load_config(None, ["env.id=newcomer_envs:GuessEnv", "model.warm_start.enabled=false"])
+    assert warm_start_decision(forced, make_env(forced)) == (False, "model.warm_start.enabled=false")
