@@ -43,8 +43,8 @@ class WarmStartConfig:
     """Evaluate greedy accuracy on the dev split every this many steps."""
     eval_tasks: int = 200
     """Dev tasks per evaluation."""
-    target_accuracy: float = 1.0
-    """Stop as soon as dev accuracy reaches this (an accuracy-based early stop)."""
+    target_accuracy: float = 0.95
+    """Stop as soon as dev accuracy reaches this (an accuracy-based early stop; RL does the rest)."""
     patience: int = 4
     """Stop after this many evaluations without a better dev loss."""
     cache: bool = True
