@@ -16,6 +16,7 @@ from agentrl.rollout.openai_server import PolicyServer  # noqa: E402
 from tests.adapters.conftest import FILES, sums, train  # noqa: E402
 
 
+@pytest.mark.slow
 def test_openai_agent_trains_two_steps(tmp_path, tiny, jsonl):
     data = jsonl([{"prompt": p, "label": a} for p, a in sums()])
     env = {"id": f"agent:{FILES / 'openai_agent.py'}:solve", "kwargs": {"dataset": data, "concurrency": 4}}

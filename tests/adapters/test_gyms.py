@@ -55,12 +55,14 @@ def test_reasoning_gym_config_errors() -> None:
         agentrl.make("reasoning_gym:nope")
 
 
+@pytest.mark.slow
 def test_reasoning_gym_trains_two_steps(tmp_path, tiny) -> None:
     env = {"id": "reasoning_gym:leg_counting", "kwargs": {"size": 16, "min_animals": 1, "max_animals": 2}}
     steps = train(tmp_path, tiny, env)
     assert all(r["samples_used"] == 16 for r in steps)
 
 
+@pytest.mark.slow
 def test_skyrl_env_multi_turn_and_trains_two_steps(tmp_path, tiny, jsonl) -> None:
     pytest.importorskip("skyrl_gym")
     data = jsonl([{"prompt": [{"role": "user", "content": p}], "env_class": "retry_addition",
@@ -73,3 +75,12 @@ def test_skyrl_env_multi_turn_and_trains_two_steps(tmp_path, tiny, jsonl) -> Non
     assert env.step("2")[1:3] == (1.0, True)
     steps = train(tmp_path, tiny, {"id": env_id, "kwargs": {"dataset": data, "max_turns": 2}})
     assert all(r["samples_used"] == 16 for r in steps)
+
+
+def test_envs_list_shows_reasoning_gym(capsys) -> None:
+    from agentrl.cli import main
+
+    assert main(["envs", "list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert "reasoning_gym:leg_counting" in listed and "agentrl/GSM8K-v0" in listed
+    assert len([x for x in listed if x.startswith("reasoning_gym:")]) == len(rg.factory.DATASETS)

@@ -14,6 +14,7 @@ from agentrl.types import Task
 from tests.adapters.conftest import FILES, sums, train
 
 
+@pytest.mark.slow
 def test_agent_file_trains_two_steps(tmp_path, jsonl, tiny):
     data = jsonl([{"question": p, "answer": a} for p, a in sums()])
     env = {"id": f"openrlhf:{FILES / 'agent_func.py'}",
@@ -45,6 +46,7 @@ def test_custom_execute_is_refused(tmp_path, jsonl):
         agentrl.make(f"openrlhf:{agent}", dataset=jsonl([{"prompt": "a", "label": "b"}]))
 
 
+@pytest.mark.slow
 def test_reward_func_replaces_the_env_score(tmp_path, tiny):
     env = {"id": "agentrl/Arithmetic-v0", "kwargs": {"digits": 1, "terms": 2, "operators": "+",
                                                      "template": "{expr}=", "bare_answer": True}}

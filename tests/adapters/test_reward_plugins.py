@@ -41,6 +41,7 @@ def server():
     proc.wait(10)
 
 
+@pytest.mark.slow
 def test_openrlhf_reward_func_plugin_by_its_name(server):
     listed = httpx.get(server + "/rewards").json()["rewards"]
     assert "reward_func" in listed and "compute_score" in listed
@@ -50,6 +51,7 @@ def test_openrlhf_reward_func_plugin_by_its_name(server):
     assert out["extra_logs"]["exact"] == pytest.approx([1.0, 0.1])
 
 
+@pytest.mark.slow
 def test_verl_compute_score_plugin(server):
     body = {"query": ["1+1=2", "1+1=three"], "prompts": ["1+1=", "1+1="], "labels": ["2", "2"]}
     out = httpx.post(server + "/get_reward", params={"reward": "compute_score"}, json=body, timeout=30).json()

@@ -68,6 +68,7 @@ def test_tool_env_feeds_back_results_and_malformed_calls(name):
     assert (reward, done) == (1.0, True)
 
 
+@pytest.mark.slow
 def test_tool_parser_from_config_trains_two_steps(tmp_path, tiny):
     env = {"id": "agentrl/CalculatorMath-v0",
            "kwargs": {"base": "agentrl/Arithmetic-v0", "digits": 1, "tool_parser": "pythonic", "max_tool_calls": 1}}

@@ -23,6 +23,7 @@ def verl_parquet(path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_verl_dataset_and_compute_score_train_two_steps(tmp_path, tiny):
     data = verl_parquet(tmp_path / "train.parquet")
     env = agentrl.make(f"verl:{data}")
@@ -42,6 +43,7 @@ def test_verl_compute_score_gets_verl_arguments(tmp_path):
     assert env.step("21")[1] == 0.2
 
 
+@pytest.mark.slow
 def test_trl_reward_function_trains_two_steps(tmp_path, tiny, jsonl):
     env = {"id": "agentrl/Arithmetic-v0", "kwargs": {"digits": 1, "terms": 2, "operators": "+",
                                                      "template": "{expr}=", "bare_answer": True}}
