@@ -71,7 +71,9 @@ CAP = sandbox.Limits().max_output_bytes
 # (e.g. ['.pyenv']); nothing at all (PermissionError) when it lives elsewhere.
 _UNDER_ROOT = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(SERVER))}
 ROOT_VIEW = str(sorted({p.split(os.sep)[2] for p in _UNDER_ROOT if p.startswith("/root/")})).replace("[]", "")
-SECRET_DIR = tempfile.mkdtemp(prefix=f"{MARK}-secret-")  # 0700 root
+# Made by the host_secrets fixture, not at import: a run that selects none of these tests (make
+# test's slow pass) would leave it behind.
+SECRET_DIR = os.path.join(tempfile.gettempdir(), f"{MARK}-secret")
 SECRET_FILE = os.path.join(SECRET_DIR, "token")
 ATTACKS = [
     Attack("infinite_loop", "while True: pass", ("timeout",)),
@@ -169,6 +171,7 @@ def loopback_listener() -> socket.socket:
 @pytest.fixture(scope="module", autouse=True)
 def host_secrets() -> None:
     """A root-only secret file and a secret in the host environment."""
+    os.mkdir(SECRET_DIR, 0o700)  # root only
     with open(SECRET_FILE, "w") as f:
         f.write("hunter2")
     os.environ["AGENTRL_TEST_SECRET"] = "hunter2"

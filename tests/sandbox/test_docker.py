@@ -130,6 +130,19 @@ def test_eight_at_a_time(dsb: sandbox.Sandbox) -> None:
     assert [r.stdout for r in results[1::2]] == ["1\n", "3\n", "5\n", "7\n"]
 
 
+def test_container_removed_when_processes_outlive_a_job() -> None:
+    client = _client()
+    with sandbox.get_sandbox("docker", image="local", workers=1) as sb:
+        assert sb.run("pass").ok
+        container = sb._all[0]  # type: ignore[attr-defined]
+        real = container.server.request
+        container.server.request = lambda obj, timeout_s: {**real(obj, timeout_s), "leftovers": 1}
+        assert sb.run("print(1)").stdout == "1\n"
+        assert container not in sb._all  # type: ignore[attr-defined]
+        assert container.id not in [c.id for c in client.containers.list(all=True)]
+        assert sb.run("print(2)").stdout == "2\n"
+
+
 def test_containers_removed_on_close() -> None:
     client = _client()
     with sandbox.get_sandbox("docker", image="local", workers=1) as sb:

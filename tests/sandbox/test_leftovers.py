@@ -90,3 +90,16 @@ def test_fork_bombs_in_a_row_without_namespaces(tmp_path: Path) -> None:
     with _no_namespace_sandbox(tmp_path) as sb:
         _bombs_in_a_row(sb)
         assert len(sb._all) == 1  # type: ignore[attr-defined]
+
+
+def test_server_retired_when_processes_outlive_a_job() -> None:
+    """A server that could not count a job's processes gone (it says how many are left) is not
+    given another job: the sandbox replaces it."""
+    with LocalSandbox(ROOMY, workers=1, preload=()) as sb:
+        assert sb.run("pass").ok
+        server = sb._all[0]  # type: ignore[attr-defined]
+        real = server.request
+        server.request = lambda obj, timeout_s: {**real(obj, timeout_s), "leftovers": 1}
+        assert sb.run("print(1)").stdout == "1\n"
+        assert not server.alive and server not in sb._all  # type: ignore[attr-defined]
+        assert sb.run("print(2)").stdout == "2\n" and sb._all[0] is not server  # type: ignore[attr-defined]
