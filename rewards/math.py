@@ -98,6 +98,8 @@ class MathConfig:
 
 
 DEFAULT = MathConfig()
+MAX_SLOW_CHARS = 1000
+"""Answers longer than this (after normalisation) never go to sympy."""
 _helper_started = False
 
 
@@ -155,6 +157,8 @@ def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]
     if not cfg.use_sympy:
         return False, "undecided"
     pn, gn = (mathnorm.canonical_thousands(mathnorm.normalize(x)) for x in (pred, gold))
+    if max(len(pn), len(gn)) > MAX_SLOW_CHARS:
+        return False, "undecided"  # no final answer is that long: not worth sympy's time
     slow = sympy_equal(pn, gn, timeout_s=cfg.timeout_s, float_rounding=cfg.float_rounding)
     return (slow is True), ("sympy" if slow is not None else "timeout")
 

@@ -122,9 +122,12 @@ def _evaluate_function(op: str, node: Node, env: dict[str, Fraction]) -> Value:
         b, e = evaluate(node[1], env), evaluate(node[2], env)
         if isinstance(b, Fraction) and isinstance(e, Fraction) and (exact := _exact_pow(b, e)) is not None:
             return exact
-        if abs(_c(e)) > 2000:
+        base, power = _c(b), _c(e)
+        if abs(power) > 2000:
+            if abs(power.imag) < 1e-12 and (abs(base) - 1) * power.real > 0 and abs(abs(base) - 1) > 1e-3:
+                raise OverflowError("astronomically large")
             raise NotEvaluable("exponent too large")
-        return _c(b) ** _c(e)
+        return base ** power
     if op in ("sqrt", "root"):
         x = evaluate(node[-1], env)
         n = evaluate(node[1], env) if op == "root" else Fraction(2)
@@ -142,7 +145,9 @@ def _evaluate_function(op: str, node: Node, env: dict[str, Fraction]) -> Value:
     if op == "pct":
         return x / 100
     if op == "fact":
-        if not (isinstance(x, Fraction) and x.denominator == 1 and 0 <= x <= 500):
+        if isinstance(x, Fraction) and x.denominator == 1 and x > 1000:
+            raise OverflowError("astronomically large")
+        if not (isinstance(x, Fraction) and x.denominator == 1 and 0 <= x <= 1000):
             raise NotEvaluable("factorial")
         return Fraction(math.factorial(int(x)))
     if op == "binom":
@@ -160,7 +165,10 @@ def close(a: Value, b: Value, rel: float = 1e-9) -> bool:
                 and all(close(x, y, rel) for ra, rb in zip(a, b) for x, y in zip(ra, rb)))
     if isinstance(a, Fraction) and isinstance(b, Fraction):
         return a == b
-    a, b = complex(a), complex(b)
+    try:
+        a, b = complex(a), complex(b)
+    except OverflowError:  # an exact value beyond 1e308 against a float one
+        return False
     if not (cmath.isfinite(a) and cmath.isfinite(b)):
         return False
     return abs(a - b) <= rel * max(abs(a), abs(b)) or abs(a - b) <= 1e-12
@@ -200,5 +208,21 @@ def same_value(a: str, b: str) -> bool | None:
         return None
     points = values_at((na, nb))
     if not points:
-        return None
+        return _one_side_overflows(na, nb)
     return all(close(x, y) for x, y in points)
+
+
+def _one_side_overflows(na: Node, nb: Node) -> bool | None:
+    """``False`` when one constant is astronomically large (beyond 1e308) and the other finite."""
+    if variables(na) or variables(nb):
+        return None
+    outcomes = []
+    for node in (na, nb):
+        try:
+            v = evaluate(node, {})
+            outcomes.append("finite" if not isinstance(v, complex) or cmath.isfinite(v) else "huge")
+        except OverflowError:
+            outcomes.append("huge")
+        except (ArithmeticError, ValueError, TypeError, NotEvaluable, KeyError):
+            return None
+    return False if sorted(outcomes) == ["finite", "huge"] else None
