@@ -56,6 +56,11 @@ Policies, each with its reason:
   asked for); ``h:mm`` with an optional ``a.m.``/``p.m.`` is a time of day (``20:34`` = ``8:34 PM``).
 - **Units, currency, degrees** after a number are dropped; a short unit needs a space (``10 cm``
   is 10, ``10cm`` is not).
+- **Expressions** are equal when they agree at fixed pseudo-random points of their variables
+  (exactly, in ``Fraction`` arithmetic, for rational functions; to 1e-9 relative otherwise, where an
+  accidental agreement of different closed forms is far less likely than a grader bug). ``e`` is
+  Euler's number and ``i`` the imaginary unit; a value beyond 1e308 never equals a finite one;
+  two numbers side by side (``11 6/6``) are no answer.
 """
 
 from __future__ import annotations

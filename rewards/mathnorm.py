@@ -31,7 +31,7 @@ _SIMPLE_REPLACE = [
     ("\\lt", "<"), ("\\gt", ">"), ("\\dots", "\\ldots"), ("\\cdots", "\\ldots"), ("²", "^2"), ("³", "^3"),
     ("\\lvert", "|"), ("\\rvert", "|"), ("\\vert", "|"), ("+\\infty", "\\infty"), ("\\infin", "\\infty"),
     ("π", "\\pi "), ("√", "\\sqrt"), ("×", "\\times "), ("÷", "\\div "), ("·", "\\cdot "), ("≤", "\\leq "),
-    ("≥", "\\geq "), ("≠", "\\neq "), ("∞", "\\infty "),
+    ("≥", "\\geq "), ("≠", "\\neq "), ("∞", "\\infty "), ("\\qquad", " "), ("\\quad", " "),
 ]
 _REL_WORDS = [(re.compile(r"\\le(?![a-zA-Z])"), "\\leq"), (re.compile(r"\\ge(?![a-zA-Z])"), "\\geq"),
               (re.compile(r"\\ne(?![a-zA-Z])"), "\\neq")]
@@ -49,6 +49,8 @@ _THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2}(?:,\d{3})+)(?![\d])")
 _SPACE_THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?: \d{3})+)(?![\d./])")
 _PERCENT_WORD = re.compile(r"(\d|\})\s*(?:\\%|%|percent(?:age)?|pct)\s*$")
 _WS = re.compile(r"\s+")
+_BARE_WORDS = re.compile(r"(?<![\\a-zA-Z])(sqrt|pi)(?![a-zA-Z])")
+_REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d+)\}")
 
 _DEC = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
 _DEC_RE = re.compile(_DEC)
@@ -106,6 +108,7 @@ def normalize(answer: str) -> str:
             s = s.replace(old, new)
     for pattern, new in _REL_WORDS:
         s = pattern.sub(lambda _m, n=new: n, s)
+    s = _BARE_WORDS.sub(r"\\\1", s) if ("sqrt" in s or "pi" in s) else s
     s = _SPACING.sub(lambda m: " " if m.group(0) == "\\ " else "", s)
     s = _LEFT_RIGHT.sub("", s)
     s = _unwrap_text(s).strip()
@@ -170,6 +173,11 @@ def number(s: str) -> Fraction | None:
         return Fraction(m.group(1)) * Fraction(10) ** exp if abs(exp) < 400 else None
     if m := _SLASH_RE.fullmatch(s):
         return _frac(m.group(1), m.group(2))
+    if m := _REPEATING.fullmatch(s):  # 0.1\overline{6} = 1/6
+        sign, whole, fixed, period = m.groups()
+        value = Fraction(int(whole or 0)) + Fraction(int(fixed or 0), 10 ** len(fixed)) + Fraction(
+            int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+        return -value if sign == "-" else value
     if m := _FRAC_RE.fullmatch(s):
         value = _frac(m.group(2) or m.group(3), m.group(4) or m.group(5))
         return -value if value is not None and m.group(1) == "-" else value
