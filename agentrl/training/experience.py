@@ -28,6 +28,7 @@ class Experience:
     advantages: torch.Tensor | None = None     # (B,A)
     returns: torch.Tensor | None = None        # (B,A)
     engine_logprobs: torch.Tensor | None = None  # (B,A) log-probs the engine reported
+    versions: torch.Tensor | None = None       # (B,A) long: policy version that generated each token (async)
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # per-sample metrics, each (B,)
 
     def __len__(self) -> int:
@@ -39,20 +40,31 @@ class Experience:
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], pad_token_id: int) -> Experience:
-        """Lay out trajectories token-exactly: prompt, then every segment in order."""
+        """Lay out trajectories token-exactly: prompt, then every segment in order.
+
+        Failed samples (``info["failed"]``: the env raised or timed out, the reward server failed) are
+        refused: they must never train the policy. ``versions`` is filled when every trajectory has
+        ``info["action_versions"]`` (one policy version per action segment)."""
         if not trajectories:
             raise ValueError("cannot build an Experience from zero trajectories")
+        failed = sum(bool(t.info.get("failed")) for t in trajectories)
+        if failed:
+            raise ValueError(f"{failed} failed samples passed to Experience.from_trajectories; drop them first")
+        with_versions = all("action_versions" in t.info for t in trajectories)
         rows = [t.prompt_ids + t.response_ids for t in trajectories]
         T = max(len(r) for r in rows)
         lens = torch.tensor([len(r) for r in rows])
         seq = torch.tensor([r + [pad_token_id] * (T - len(r)) for r in rows], dtype=torch.long)
         attn = (torch.arange(T)[None] < lens[:, None]).long()
-        amask_rows, elp_rows = [], []  # built as lists: one tensor per batch, not one per segment
+        amask_rows, elp_rows, ver_rows = [], [], []  # built as lists: one tensor per batch, not one per segment
         for traj in trajectories:
-            am, lp = [0.0] * (T - 1), [0.0] * (T - 1)
+            am, lp, ver = [0.0] * (T - 1), [0.0] * (T - 1), [0] * (T - 1)
             pos = len(traj.prompt_ids)
+            seg_versions = iter(traj.info.get("action_versions", ()))
             for s in traj.segments:
                 n = len(s.token_ids)
+                if s.is_action and with_versions:
+                    ver[pos - 1:pos - 1 + n] = [int(next(seg_versions))] * n
                 if s.is_action and n:
                     am[pos - 1:pos - 1 + n] = [1.0] * n
                     if s.logprobs:
@@ -62,6 +74,7 @@ class Experience:
                 pos += n
             amask_rows.append(am)
             elp_rows.append(lp)
+            ver_rows.append(ver)
         amask = torch.tensor(amask_rows, dtype=torch.float32).reshape(len(rows), T - 1)
         elp = torch.tensor(elp_rows, dtype=torch.float32).reshape(len(rows), T - 1)
         info = {
@@ -71,7 +84,9 @@ class Experience:
         return cls(sequences=seq, attention_mask=attn, action_mask=amask,
                    rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
                    group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
-                   engine_logprobs=elp, info=info)
+                   engine_logprobs=elp, info=info,
+                   versions=torch.tensor(ver_rows, dtype=torch.long).reshape(len(rows), T - 1) if with_versions
+                   else None)
 
     def _map(self, fn) -> Experience:
         kw = {}

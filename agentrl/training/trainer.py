@@ -1,8 +1,10 @@
 """The RL driver: one training step reads top to bottom (DESIGN.md "One training step").
 
 ``Trainer.__init__`` only wires components; ``step`` calls the named stages in order:
-tasks -> rollout -> score_unverified -> make_experience -> reference_and_values -> advantages ->
-update -> sync_weights, then logging and checkpoints in ``fit``.
+tasks -> rollout -> score_unverified -> select (failed samples out) -> make_experience ->
+reference_and_values -> advantages -> update -> sync_weights, then logging and checkpoints in
+``fit``. The first stages (``produce``) run on a rollout worker ahead of the learner with
+``rollout.async`` (``agentrl.rollout.async_rollout``); the step reads the same either way.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,13 +24,17 @@ from agentrl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     compute_advantages,
+    correction_weights,
     kl_penalty,
     masked_mean,
+    mismatch_metrics,
+    staleness_metrics,
 )
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
 from agentrl.evaluation.metrics import eval_params, evaluate
 from agentrl.models import load_policy
+from agentrl.rollout.async_rollout import InlineRollouts, RolloutBatch, RolloutWorker, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
@@ -49,13 +56,16 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
         self.cfg = cfg
+        if cfg.rollout.async_ and (cfg.rollout.engine != "hf" or cfg.cluster.mode != "local"):
+            raise ValueError("rollout.async runs in one process on the hf engine in this version "
+                             f"(got rollout.engine={cfg.rollout.engine}, cluster.mode={cfg.cluster.mode})")
         seed_everything(cfg.data.seed)
         self.run_dir = prepare_run_dir(run_dir_path(cfg, run_dir), resume=resume)  # runs never mix
         self.env = make_env(cfg)
         self.eval_env = make_env(cfg, cfg.env.eval_kwargs)
         self.model_path = resolve_model_path(cfg, self.env)
         self.model, self.tokenizer = load_policy(cfg, self.model_path)
-        self.timer = StageTimer()
+        self._timers = threading.local()  # one StageTimer per thread (the rollout worker has its own)
         # on resume too (cached): the reference is the warm-started policy
         self.warm = maybe_warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
                                      lambda: make_env(cfg, cfg.env.dev_kwargs))
@@ -64,7 +74,8 @@ class Trainer:
         self.critic = self.build_critic()
         self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
-        self.eval_executor = make_executor(cfg, self.eval_env, self.engine, self.tokenizer)
+        eval_engine = make_engine(cfg, self.model, self.tokenizer, self.model_path) if cfg.rollout.async_ else None
+        self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
         self.learner = self.build_learner()
         a = cfg.algo
@@ -74,13 +85,31 @@ class Trainer:
         self.reward_model = self.build_reward_model()
         self.remote_reward = self.build_remote_reward()
         self.step_idx, self.resumed, self.last_metrics = 0, resume, {}
+        self.version = 0  # policy version: updates so far (== step_idx between steps)
         self.stop_signal: int | None = None
         if resume:
             self._resume()
         self.start_step = self.step_idx
+        self.tasks_state = self.tasks.state_dict()  # the task position after the last batch trained on
+        self.rollouts = self.build_rollouts()
         save_run_config(cfg, self.run_dir)  # only once the run is built: a failed launch leaves the old one
 
+    @property
+    def timer(self) -> StageTimer:
+        """This thread's stage timer."""
+        if not hasattr(self._timers, "t"):
+            self._timers.t = StageTimer()
+        return self._timers.t
+
     # ------------------------------------------------------------------ the stages of one step
+    def produce(self) -> RolloutBatch:
+        """The rollout half of a step: tasks -> sample -> select (on the rollout worker with rollout.async)."""
+        with self.timer("tasks"):
+            tasks = self.tasks.next(self.cfg.data.prompts_per_step)
+        batch, trajs, metrics = self.select(self.sample(tasks))
+        metrics.update(self.timer.pop())
+        return RolloutBatch(batch, trajs, metrics, self.tasks.state_dict())
+
     def rollout(self, tasks: list[Task]) -> list[Trajectory]:
         """Run ``n_samples`` episodes per task on the engine; rewards come from ``env.step``."""
         return self.executor.run(tasks, group_offset=self.tasks.drawn - len(tasks))  # unique group ids
@@ -144,18 +173,30 @@ class Trainer:
 
     def select(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
         """Dynamic sampling: with ``algo.drop_zero_std_groups`` keep informative groups and refill from
-        the data (``algo.max_refill_rounds``). Returns (batch, every trajectory generated, metrics)."""
+        the data (``algo.max_refill_rounds``). Returns (batch, every trajectory generated, metrics).
+
+        Samples that failed for an infrastructure reason (the env raised or timed out, the reward server
+        failed: ``info["failed"]``) never train the policy: they leave the batch and their group's
+        baseline (``failed/*`` counts them) instead of teaching the policy a 0 the machine earned."""
+        failed: list[Trajectory] = []
+
+        def ok(ts: list[Trajectory]) -> list[Trajectory]:
+            failed.extend(t for t in ts if t.info.get("failed"))
+            return [t for t in ts if not t.info.get("failed")]
+
         if not self.cfg.algo.drop_zero_std_groups:
-            return trajs, trajs, {}
+            kept = ok(trajs)
+            return kept, trajs, {"failed/dropped": float(len(failed))}
 
         def draw(k: int) -> list[Trajectory]:
             with self.timer("tasks"):
                 tasks = self.tasks.next(k)
-            return self.sample(tasks)
+            return ok(self.sample(tasks))
 
-        kept, generated, rounds = fill_batch(trajs, draw, self.cfg.data.prompts_per_step,
+        kept, generated, rounds = fill_batch(ok(trajs), draw, self.cfg.data.prompts_per_step,
                                              self.cfg.algo.max_refill_rounds)
-        return kept, generated, {"dynamic/groups_kept": float(num_groups(kept)), "dynamic/refill_rounds": float(rounds)}
+        return kept, generated + failed, {"dynamic/groups_kept": float(num_groups(kept)),
+                                          "dynamic/refill_rounds": float(rounds), "failed/dropped": float(len(failed))}
 
     def make_experience(self, trajs: list[Trajectory]) -> Experience | None:
         """Token-exact batch (None when there is nothing to learn from)."""
@@ -164,8 +205,9 @@ class Trainer:
         return Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
 
     def reference_and_values(self, exp: Experience) -> None:
-        """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps)."""
-        if self.learner.needs_old_logprobs(len(exp)):
+        """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps or
+        its samples are off-policy: rollout.async)."""
+        if self.learner.needs_old_logprobs(len(exp)) or self.cfg.rollout.async_:
             exp.old_logprobs = self.learner.logprobs(exp)
         if self.reference is not None:
             exp.ref_logprobs = self.reference.logprobs(exp)
@@ -187,9 +229,21 @@ class Trainer:
             eps=a.adv_eps)
         return metrics
 
+    def offpolicy_metrics(self, exp: Experience) -> dict[str, float]:
+        """``staleness/*`` (policy versions behind the learner) and ``mismatch/*`` (engine vs learner
+        log-probs, the correction's weights) of the batch."""
+        out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, self.version)
+        if exp.old_logprobs is not None and exp.engine_logprobs is not None:
+            a = self.cfg.algo
+            w = correction_weights(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, tis_cap=a.tis_cap,
+                                   mis_low=a.mis_low, mis_high=a.mis_high)
+            out.update(mismatch_metrics(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, w))
+        return out
+
     def update(self, exp: Experience) -> dict[str, float]:
         """Policy update; the adaptive KL coefficient follows the batch's KL."""
-        metrics = {f"loss/{k}": v for k, v in self.learner.train_step(exp, kl_coef=self.kl_ctl.value).items()}
+        metrics = {k if k.startswith("mismatch/") else f"loss/{k}": v
+                   for k, v in self.learner.train_step(exp, kl_coef=self.kl_ctl.value).items()}
         metrics.update(parameter_report(self.model, self.learner.optimizer))  # trainable params, optimizer MB
         if self.critic is not None:
             metrics.update({f"critic/{k}": v for k, v in self.critic.train_step(exp).items()})
@@ -200,6 +254,9 @@ class Trainer:
         sends its merged weights)."""
         if getattr(self.engine, "model", None) is self.model:
             return
+        if isinstance(self.engine, VersionedEngine):  # rollout.async: taken between engine requests
+            self.engine.stage_weights(policy_weights(self.model), self.version)
+            return
         self.engine.load_weights(policy_weights(self.model))
 
     # ------------------------------------------------------------------ the loop
@@ -207,9 +264,9 @@ class Trainer:
         """One training step; returns its metrics."""
         t = self.timer
         start = time.perf_counter()
-        with t("tasks"):
-            tasks = self.tasks.next(self.cfg.data.prompts_per_step)
-        batch, trajs, metrics = self.select(self.sample(tasks))
+        made = self.rollouts.next(self.version)  # produce() now, or the batch the rollout worker made ahead
+        batch, trajs, metrics, self.tasks_state = made.batch, made.generated, dict(made.metrics), made.tasks_state
+        metrics["tasks/drawn"] = float(self.tasks_state["drawn"])  # tasks behind this batch, cumulative
         write_samples(self.run_dir, self.step_idx + 1, trajs, self.tokenizer, self.cfg.log)
         with t("experience"):
             exp = self.make_experience(batch)
@@ -217,14 +274,16 @@ class Trainer:
         if exp is not None:
             with t("reference"):
                 self.reference_and_values(exp)
+                metrics.update(self.offpolicy_metrics(exp))
             with t("advantages"):
                 metrics.update(self.advantages(exp))
             with t("update"):
                 metrics.update(self.update(exp))
-            with t("sync"):
-                self.sync_weights()
             if "kl" in metrics:
                 self.kl_ctl.update(metrics["kl"], len(exp))
+        self.version += 1  # every step publishes a version, so the rollout worker's schedule never stalls
+        with t("sync"):
+            self.sync_weights()
         metrics["kl_coef"] = self.kl_ctl.value
         metrics["samples_used"] = 0 if exp is None else len(exp)
         metrics.update(t.pop())
@@ -291,6 +350,7 @@ class Trainer:
             tracker.log(self.step_idx, after)
         finally:
             tracker.close()
+            self.rollouts.close()
         if cfg.checkpoint.save_final:
             self.save()
         plot = plot_curves(self.run_dir)
@@ -304,8 +364,9 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def save(self) -> Path:
         state = {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
-                 "tasks": self.tasks.state_dict(), "kl_coef": self.kl_ctl.value, "metrics": self.last_metrics,
-                 "critic": None if self.critic is None else self.critic.state_dict()}
+                 "tasks": self.tasks_state, "kl_coef": self.kl_ctl.value, "metrics": self.last_metrics,
+                 "critic": None if self.critic is None else self.critic.state_dict(),
+                 "async_dropped_samples": self.rollouts.buffered_samples()}  # regenerated on resume
         return ckpt.save_checkpoint(self.run_dir, self.step_idx, self.model, self.tokenizer, state,
                                     keep=self.cfg.checkpoint.keep)
 
@@ -327,6 +388,7 @@ class Trainer:
         if self.critic is not None and state.get("critic") is not None:
             self.critic.load_state_dict(state["critic"])
         self.step_idx, self.last_metrics = state["step"], state.get("metrics", {})
+        self.version = self.step_idx
         ckpt.truncate_metrics(self.run_dir, self.step_idx)  # rows the crashed run wrote after this checkpoint
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
@@ -350,7 +412,16 @@ class Trainer:
         return Critic.from_config(self.cfg, self.model_path)
 
     def build_engine(self) -> Any:
-        return make_engine(self.cfg, self.model, self.tokenizer, self.model_path)
+        """The rollout engine; with rollout.async it holds its own copy of the weights, with their version."""
+        if not self.cfg.rollout.async_:
+            return make_engine(self.cfg, self.model, self.tokenizer, self.model_path)
+        return VersionedEngine(make_engine(self.cfg, copy.deepcopy(self.model), self.tokenizer, self.model_path))
+
+    def build_rollouts(self) -> Any:
+        """``produce()`` inline, or on a rollout worker at most rollout.max_staleness versions ahead."""
+        if not self.cfg.rollout.async_:
+            return InlineRollouts(self.produce)
+        return RolloutWorker(self.produce, self.engine, self.cfg.rollout.max_staleness, start_version=self.version)
 
     def build_learner(self) -> Any:
         return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,

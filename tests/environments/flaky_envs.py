@@ -53,3 +53,23 @@ class AsyncSleepArithmetic(ArithmeticEnv):
             k = next(_calls)
         await asyncio.sleep(3600 if k == self.hang_at else self.delay_s)
         return ArithmeticEnv.step(self, action)
+
+
+class TwoTurnArithmetic(ArithmeticEnv):
+    """Two turns: the first answer gets "check again" as feedback, the second is scored. ``on_first_step``
+    (if set) runs inside the first step (a test's hook: e.g. the learner publishing new weights)."""
+
+    max_turns = 2
+    on_first_step: Any = None
+
+    def reset(self, *, seed=None, options=None):
+        self.turn = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str):
+        self.turn += 1
+        if self.turn == 1:
+            if self.on_first_step is not None:
+                self.on_first_step()
+            return "check again", 0.0, False, False, {"verified": True}
+        return super().step(action)
