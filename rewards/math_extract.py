@@ -21,6 +21,7 @@ _CONNECTORS = {"and", "or", "pi", "sqrt", "frac", "text", "cup", "infty"}
 _HEDGE_RE = re.compile(r"(?<![a-zA-Z])or(?![a-zA-Z])|\\(?:lor|vee)(?![a-zA-Z])")
 _TEXT_CMDS = re.compile(r"\\(?:text|mbox|textbf|mathrm|begin|end|operatorname|textnormal)\s*\{[^{}]*\}")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)|\n|I hope|<\|")
+MAX_BOXES = 32
 _PROSE_IN_MATH = re.compile(r"[a-zA-Z]{2,}[\s,]+[a-zA-Z]{2,}[\s,]+[a-zA-Z]{2,}")
 
 
@@ -208,9 +209,12 @@ def _boxed(spans: list[tuple[int, str]], compare: Any) -> Extraction:
     contents = [c for _, c in spans if c]
     if not contents:
         return Extraction(None, "missing")
+    unique = list(dict.fromkeys(contents))
+    if len(unique) > MAX_BOXES:
+        return Extraction(None, "hedged", tuple(unique))  # a runaway list of boxes: no pairwise compare
     distinct: list[str] = []
-    for c in contents:
-        if all(c != d and not compare(c, d) for d in distinct):
+    for c in unique:
+        if all(not compare(c, d) for d in distinct):
             distinct.append(c)
     if len(distinct) > 1:
         return Extraction(None, "hedged", tuple(distinct))
