@@ -27,11 +27,13 @@ Not covered: kernel exploits and side channels (use the Docker backend or a VM f
 world-readable host files stay readable (e.g. /etc, the repository); a candidate that deliberately
 reverse-engineers the in-process test harness (walking interpreter frames or the heap to find the
 nonce) can forge a test result. Without root the local backend degrades to rlimits, a new session,
-a private temp dir and an environment scrub, and warns once, loudly. The Docker backend runs the
+a private temp dir and an environment scrub, and warns once, loudly (as root without namespaces, it
+also ends and reaps every process of the job's uid before answering, as in Docker). The Docker backend runs the
 same fork-server inside each warm container and adds the container boundary (`network_mode=none`,
 read-only root, memory/CPU/pids limits set from the sandbox's limits, which bound per-run ones);
 inside it, jobs run under a per-container uid, and after each job that uid's processes are killed
-and its files removed. A persistent `PythonSession` is local-only.
+and reaped (the server is their subreaper) and its files removed; a result comes back only once
+they are counted gone, so the next job never meets one. A persistent `PythonSession` is local-only.
 """
 
 from __future__ import annotations
