@@ -13,7 +13,7 @@ _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _HASH_RE = re.compile(r"####\s*([^\n]+)")
 _STATEMENT_RE = re.compile(r"(?:final\s+answer\s*(?:is|:)|the\s+answer\s+is|answer\s*(?:is\s*:?|:))\s*:?\s*",
                            re.IGNORECASE)
-_NUM = (r"(?<![a-zA-Z\d.,_^:])[-+\u2212]?(?:\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?(?![\d:])|\d+:\d+|\d+ \d+ ?/ ?\d+|(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+|,\d+(?![\d,]))?"
+_NUM = (r"(?<![a-zA-Z\d.,_^:])[-+\u2212]?(?:\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?(?![\d:])|\d+:\d+|\d+ \d+ ?/ ?\d+|\d{1,3}(?:\.\d{3})+,\d+(?![\d,])|(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+|,\d+(?![\d,]))?"
         r"(?:\s*/\s*\d+)?)|(?<![\d.])[-+\u2212]?\.\d+")
 _NUM_RE = re.compile(_NUM)
 _PROSE_WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")

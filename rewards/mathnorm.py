@@ -206,8 +206,11 @@ def decimal_literal(s: str) -> tuple[Fraction, Fraction] | None:
 
 
 def decimal_comma(s: str) -> Fraction | None:
-    """``3,75`` / ``1000,99`` / ``0,111`` read with a decimal comma (no valid thousands grouping)."""
+    """``3,75`` / ``1000,99`` / ``0,111`` / ``1.234,56`` read with a decimal comma (no valid thousands
+    grouping)."""
     t = s.strip()
+    if re.fullmatch(r"[-+]?\d{1,3}(?:[. ]\d{3})+,\d+", t):  # 1.234,56 / 1 234,56
+        t = t.replace(".", "").replace(" ", "")
     m = re.fullmatch(r"([-+]?\d+),(\d+)", t)
     if not m or (re.fullmatch(r"[-+]?[1-9]\d{0,2}", m.group(1)) and len(m.group(2)) == 3):
         return None

@@ -17,6 +17,8 @@ eq = rmath.is_equivalent
     ("3.75", "\\boxed{3,75}"), ("1000.99", "1000,99"), ("0,111", "0.111"), ("12500", "$12,\\!500$"),
     ("14916", "\\boxed{14{,}916}"), ("12500", "\\boxed{12\\,500}"), ("25\\%", "\\boxed{25}"),
     ("25\\%", "\\boxed{0.25}"), ("0.1", "10\\%"), ("1000", "1 000"), ("4210_{7}", "4210_7"),
+    ("1234.56", "Der Preis beträgt 1.234,56 €."), ("3.75", "La respuesta es 3,75 euros"), ("\\frac16", "0.1\\overline{6}"),
+    ("12", "The answer is: **12**"), ("3\\pi", "3π"), ("\\sqrt{3}", "sqrt3"),
 ])
 def test_number_formats(gold, pred):
     assert eq(pred, gold)
@@ -24,7 +26,7 @@ def test_number_formats(gold, pred):
 
 @pytest.mark.parametrize("gold, pred", [
     ("2.5", "\\boxed{2, 5}"), ("32349", "32, 349"), ("0.28", "28"), ("28", "28/100"), ("10", "10cm"),
-    ("3.75", "\\boxed{3,76}"), ("25\\%", "\\boxed{2.5}"),
+    ("3.75", "\\boxed{3,76}"), ("25\\%", "\\boxed{2.5}"), ("375", "3,75"),
 ])
 def test_number_formats_that_differ(gold, pred):
     assert not eq(pred, gold)
