@@ -105,6 +105,14 @@ def _matrix_cells(s: str) -> list[list[str]] | None:
     return cells if cells and len({len(r) for r in cells}) == 1 else None
 
 
+def _cases_rows(s: str) -> list[str] | None:
+    """The equations of a ``\\begin{cases}`` system (its order does not matter), or ``None``."""
+    m = re.fullmatch(r"\\begin\{cases\}(.*)\\end\{cases\}", s.strip(), re.DOTALL)
+    if not m or "\\begin" in m.group(1):
+        return None
+    return [r.replace("&", "").strip() for r in re.split(r"\\\\", m.group(1)) if r.strip()]
+
+
 def _match_unordered(ps: list[str], gs: list[str], eq) -> bool | None:
     if len(ps) != len(gs):
         return False
@@ -132,6 +140,9 @@ def _match_ordered(ps: list[str], gs: list[str], eq) -> bool | None:
 
 def structure_verdict(p: str, g: str, eq) -> bool | None:
     """Matrices, unions, sets, tuples, intervals, lists, ratios and times (``None``: not one)."""
+    cp, cg = _cases_rows(p), _cases_rows(g)
+    if cp is not None or cg is not None:
+        return _match_unordered(cp, cg, eq) if cp is not None and cg is not None else False
     mp, mg = _matrix_cells(p), _matrix_cells(g)
     if mp is not None or mg is not None:
         return _matrix_verdict(p, g, mp, mg, eq)

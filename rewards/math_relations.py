@@ -95,6 +95,8 @@ def relation_verdict(p: str, g: str, eq: Eq) -> bool | None:
 
 
 def _equations(pl: str, pr: str, gl: str, gr: str, eq: Eq) -> bool | None:
+    if mn.key(pl) == mn.key(gl) and eq(pr, gr):
+        return True  # the same left side: the right sides decide (with the rounding rule)
     if is_simple_lhs(pl) and is_simple_lhs(gl):
         verdict = eq(pr, gr)
         if verdict is not None or mn.key(pl) == mn.key(gl):
