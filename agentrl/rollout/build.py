@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.config import RunConfig
-from agentrl.env import TextEnv, fixed_tasks, make, register
+from agentrl.env import EnvError, TextEnv, fixed_tasks, make, register
 from agentrl.models import resolve_model_source, tiny_model_dir
 from agentrl.rollout.engines.base import SamplingParams
 from agentrl.rollout.env_pool import EnvPool
@@ -30,12 +30,12 @@ def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
     from rewards.registry import get_reward
 
     if type(env).step is not TextEnv.step and not hasattr(env, "inner"):
-        raise ValueError(f"reward.fn replaces the score of single-turn envs (or a tool env's inner env); "
+        raise EnvError(f"reward.fn replaces the score of single-turn envs (or a tool env's inner env); "
                          f"{type(env).__name__} scores in its own step")
     try:
         fn = get_reward(spec)
     except KeyError as e:
-        raise ValueError(f"reward.fn: {e.args[0]}") from None
+        raise EnvError(f"reward.fn: {e.args[0]}") from None
     target = getattr(env, "inner", env)
     target.score = fn  # the instance's score, so env.step (and copies of the env) call it
     if target is not env:

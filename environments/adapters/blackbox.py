@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl.env import EnvError
 from agentrl.types import RewardResult, Task
 from environments.sources import DatasetEnv, load_records
 from rewards.registry import get_reward, load_object
@@ -35,7 +36,7 @@ class BlackBoxAgentEnv(DatasetEnv):
         rows = load_records(dataset, split)
         missing = [k for k in (prompt_key, label_key) if rows and k not in rows[0]]
         if missing:
-            raise ValueError(f"{dataset}: rows have no field {missing[0]!r}; set env.kwargs.prompt_key / label_key")
+            raise EnvError(f"{dataset}: rows have no field {missing[0]!r}; set env.kwargs.prompt_key / label_key")
         self.set_tasks([Task(id=f"agent-{i}", prompt=r[prompt_key], answer=r.get(label_key),
                              metadata={k: v for k, v in r.items() if k not in (prompt_key, label_key)})
                         for i, r in enumerate(rows)], limit)
@@ -55,5 +56,5 @@ class BlackBoxAgentEnv(DatasetEnv):
 def make_env(rest: str, **kwargs: Any) -> BlackBoxAgentEnv:
     """``agent:FILE.py:FUNCTION`` (or ``agent:module:function``) with a ``dataset`` kwarg."""
     if "dataset" not in kwargs:
-        raise ValueError("agent env needs env.kwargs.dataset: a JSONL or parquet file of tasks")
+        raise EnvError("agent env needs env.kwargs.dataset: a JSONL or parquet file of tasks")
     return BlackBoxAgentEnv(rest, **kwargs)

@@ -27,6 +27,7 @@ import inspect
 from collections.abc import Coroutine
 from typing import Any
 
+from agentrl.env import EnvError
 from agentrl.types import Task
 from environments.adapters.openrlhf_shim import install as install_shim
 from environments.sources import DatasetEnv, load_records
@@ -61,13 +62,13 @@ def agent_instance_class(path: str) -> type:
     executor_cls = getattr(module, "AgentExecutor", None)
     if executor_cls is not None:
         if getattr(executor_cls, "execute", None) is not getattr(base.MultiTurnAgentExecutor, "execute", None):
-            raise ValueError(f"{path}: AgentExecutor overrides execute(); agentrl runs the episode loop itself, "
+            raise EnvError(f"{path}: AgentExecutor overrides execute(); agentrl runs the episode loop itself, "
                              "so a custom execute is not supported: put the logic in AgentInstance.reset/step")
         return executor_cls().agent_instance_cls
     found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, base.AgentInstanceBase)
              and v is not base.AgentInstanceBase and v.__module__ == module.__name__]
     if len(found) != 1:
-        raise ValueError(f"{path}: define AgentExecutor (a MultiTurnAgentExecutor) or exactly one "
+        raise EnvError(f"{path}: define AgentExecutor (a MultiTurnAgentExecutor) or exactly one "
                          f"AgentInstanceBase subclass; found {len(found)}")
     return found[0]
 
@@ -96,7 +97,7 @@ class OpenRLHFAgentEnv(DatasetEnv):
         rows = load_records(dataset, split)
         missing = [k for k in (prompt_key, label_key) if rows and k not in rows[0]]
         if missing:
-            raise ValueError(f"{dataset}: rows have no field {missing[0]!r} (fields: {', '.join(rows[0])}); "
+            raise EnvError(f"{dataset}: rows have no field {missing[0]!r} (fields: {', '.join(rows[0])}); "
                              "set env.kwargs.prompt_key / label_key")
         self.set_tasks([Task(id=f"openrlhf-{i}", prompt=str(r[prompt_key]), answer=r.get(label_key))
                         for i, r in enumerate(rows)], limit)
@@ -134,7 +135,7 @@ class OpenRLHFAgentEnv(DatasetEnv):
 def make_env(rest: str, **kwargs: Any) -> OpenRLHFAgentEnv:
     """``openrlhf:FILE.py`` with env kwargs (``dataset``, ``prompt_key``, ``label_key``, ...)."""
     if not rest.endswith(".py"):
-        raise ValueError(f"openrlhf:{rest}: expected openrlhf:path/to/agent_func.py")
+        raise EnvError(f"openrlhf:{rest}: expected openrlhf:path/to/agent_func.py")
     if "dataset" not in kwargs:
-        raise ValueError("openrlhf env needs env.kwargs.dataset: a JSONL or parquet file of prompts and labels")
+        raise EnvError("openrlhf env needs env.kwargs.dataset: a JSONL or parquet file of prompts and labels")
     return OpenRLHFAgentEnv(rest, **kwargs)

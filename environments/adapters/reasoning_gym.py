@@ -19,7 +19,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-from agentrl.env import MAX_TEXT, TEXT_CHARSET
+from agentrl.env import MAX_TEXT, TEXT_CHARSET, EnvError
 from agentrl.types import RewardResult, Task
 from environments.sources import DatasetEnv
 
@@ -52,14 +52,14 @@ class ReasoningGymEnv(DatasetEnv):
         super().__init__(render_mode=render_mode)
         rg = _package()
         if name not in rg.factory.DATASETS:
-            raise ValueError(f"reasoning_gym has no dataset {name!r}; see `agentrl envs list`")
+            raise EnvError(f"reasoning_gym has no dataset {name!r}; see `agentrl envs list`")
         if split not in SPLIT_OFFSET:
-            raise ValueError(f"reasoning_gym:{name} has no split {split!r}; valid: {', '.join(SPLIT_OFFSET)}")
+            raise EnvError(f"reasoning_gym:{name} has no split {split!r}; valid: {', '.join(SPLIT_OFFSET)}")
         config_cls = rg.factory.DATASETS[name][1]
         fields = {f.name for f in dataclasses.fields(config_cls)}
         unknown = sorted(set(config) - fields)
         if unknown:
-            raise ValueError(f"reasoning_gym:{name}: unknown config field {unknown[0]!r}; "
+            raise EnvError(f"reasoning_gym:{name}: unknown config field {unknown[0]!r}; "
                              f"{config_cls.__name__} takes: {', '.join(sorted(fields))}")
         if size is not None:
             config["size"] = size

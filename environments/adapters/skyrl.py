@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl.env import EnvError
 from agentrl.types import Task
 from environments.sources import DatasetEnv, load_records
 from rewards.registry import load_object
@@ -42,21 +43,21 @@ class SkyRLEnv(DatasetEnv):
             answer = (row.get("reward_spec") or {}).get("ground_truth")
             tasks.append(Task(id=f"skyrl-{i}", prompt=prompt, answer=answer, metadata={"row": row}))
         self.set_tasks(tasks, limit)
-        self.inner: Any = None
+        self.skyrl_env: Any = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[str, dict[str, Any]]:
         _, info = super().reset(seed=seed, options=options)
         row = self.task.metadata["row"]
-        self.inner = self.env_cls(self.env_config, {k: v for k, v in row.items() if k != "prompt"})
-        prompt, _ = self.inner.init([dict(m) for m in self.task.prompt])
+        self.skyrl_env = self.env_cls(self.env_config, {k: v for k, v in row.items() if k != "prompt"})
+        prompt, _ = self.skyrl_env.init([dict(m) for m in self.task.prompt])
         self._last_obs = "\n".join(m["content"] for m in prompt)
         return self._last_obs, {**info, "prompt": prompt}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self.inner is None:
+        if self.skyrl_env is None:
             raise RuntimeError("call reset() before step()")
-        out = self.inner.step(action)
+        out = self.skyrl_env.step(action)
         messages = out.get("observations") or []
         obs = "\n".join(str(m.get("content", "")) for m in messages)
         if messages:
@@ -67,13 +68,13 @@ class SkyRLEnv(DatasetEnv):
         return obs, float(out["reward"]), bool(out["done"]), False, {"reward_components": parts, "verified": True}
 
     def close(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
-            self.inner = None
+        if self.skyrl_env is not None:
+            self.skyrl_env.close()
+            self.skyrl_env = None
 
 
 def make_env(rest: str, **kwargs: Any) -> SkyRLEnv:
     """``skyrl:module:Class`` or ``skyrl:FILE.py:Class`` with ``dataset`` (and ``env_config``) kwargs."""
     if "dataset" not in kwargs:
-        raise ValueError("skyrl env needs env.kwargs.dataset: a JSONL or parquet file of SkyRL rows")
+        raise EnvError("skyrl env needs env.kwargs.dataset: a JSONL or parquet file of SkyRL rows")
     return SkyRLEnv(rest, **kwargs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl.env import EnvError
 from agentrl.types import RewardResult, Task
 from environments.sources import DatasetEnv, load_records
 from rewards.registry import get_reward
@@ -23,10 +24,10 @@ def row_task(i: int, row: dict[str, Any], where: str) -> Task:
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
-        raise ValueError(f"{where}, row {i}: 'prompt' must be a list of chat messages, got {type(prompt).__name__}")
+        raise EnvError(f"{where}, row {i}: 'prompt' must be a list of chat messages, got {type(prompt).__name__}")
     rm = row.get("reward_model") or {}
     if "ground_truth" not in rm:
-        raise ValueError(f"{where}, row {i}: no reward_model.ground_truth")
+        raise EnvError(f"{where}, row {i}: no reward_model.ground_truth")
     meta = {"data_source": row.get("data_source", ""), "extra_info": row.get("extra_info") or {},
             "ability": row.get("ability", "")}
     index = (row.get("extra_info") or {}).get("index", i)

@@ -19,7 +19,7 @@ from tests.adapters.conftest import FILES, sums, train  # noqa: E402
 @pytest.mark.slow
 def test_openai_agent_trains_two_steps(tmp_path, tiny, jsonl):
     data = jsonl([{"prompt": p, "label": a} for p, a in sums()])
-    env = {"id": f"agent:{FILES / 'openai_agent.py'}:solve", "kwargs": {"dataset": data, "concurrency": 4}}
+    env = {"id": f"agent:{FILES / 'openai_agent.py'}:solve", "kwargs": {"dataset": data, "concurrency": 16}}
     steps = train(tmp_path, tiny, env)
     assert all(r["samples_used"] == 16 for r in steps)
 

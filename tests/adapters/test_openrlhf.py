@@ -56,3 +56,17 @@ def test_reward_func_replaces_the_env_score(tmp_path, tiny):
     env.reset(options={"task": Task("t", "1+2=", "3")})
     assert env.step("3")[1:3] == (1.0, True) and env.step("4")[1] == pytest.approx(0.1)
     assert env.step("3")[4]["reward_components"] == {"exact": 1.0, "scores": 1.0}
+
+
+def test_cli_says_why_in_one_line(tmp_path, jsonl, capsys):
+    from agentrl.cli import main
+
+    agent = tmp_path / "custom.py"
+    agent.write_text((FILES / "agent_func.py").read_text() + (
+        "\n    async def execute(self, *args, **kwargs):\n        return await super().execute(*args, **kwargs)\n"))
+    data = jsonl([{"prompt": "a", "label": "b"}])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"env:\n  id: openrlhf:{agent}\n  kwargs: {{dataset: {data}}}\n")
+    assert main(["train", str(cfg), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "custom execute is not supported" in err[0], err
