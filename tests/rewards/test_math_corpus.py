@@ -81,3 +81,24 @@ def test_no_single_check_takes_a_second():
         rmath.is_equivalent(c["pred"], c["gold"])
         slowest = max(slowest, (time.perf_counter() - t0, c["gold"][:40]), key=lambda x: x[0])
     assert slowest[0] < 1.0, slowest
+
+
+@pytest.mark.slow
+def test_at_least_as_right_as_math_verify_on_every_source():
+    """Math-Verify's plain ``verify(parse(gold), parse(pred))`` on the same cases (tens of seconds)."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    from math_verify import parse, verify
+
+    def mv(c: dict) -> bool:
+        try:
+            return bool(verify(parse(c["gold"]), parse(c["pred"])))
+        except Exception:  # noqa: BLE001 - a crash is a wrong verdict
+            return False
+
+    for source in SOURCES:
+        cases = [c for c in CASES if c["source"] == source]
+        ours = sum(rmath.is_equivalent(c["pred"], c["gold"]) == c["expected"] for c in cases)
+        theirs = sum(mv(c) == c["expected"] for c in cases)
+        assert ours >= theirs, (source, ours, theirs)
