@@ -2,7 +2,9 @@
 
 ``env.kwargs`` is the dataset's config (``size``, ``seed`` and the dataset's own fields, e.g.
 ``min_animals``); each entry (``question``, ``answer``, ``metadata``) is a task. The prompt is
-reasoning-gym's ``default`` system prompt (answer inside ``<answer></answer>``) and the question.
+a reasoning-gym system prompt (``system_prompt``: a name of ``reasoning_gym.utils.SYSTEM_PROMPTS``,
+default ``default``, which asks for the answer inside ``<answer></answer>``; or the text itself;
+``""`` for none) and the question.
 The response's last ``<answer>`` is scored by the dataset's own ``score_answer`` (none, or an empty
 one: 0.0), as reasoning-gym's own evaluation does. Scores under ``min_credit`` (default 0.1) count as
 0.0: several datasets give 0.01-0.05 to any wrong answer, and a wrong answer scores 0 here (graded
@@ -48,7 +50,8 @@ class ReasoningGymEnv(DatasetEnv):
     """One reasoning-gym dataset; tasks are its entries, scored by its ``score_answer``."""
 
     def __init__(self, name: str, split: str = "train", seed: int = 0, size: int | None = None,
-                 min_credit: float = 0.1, render_mode: str | None = None, **config: Any) -> None:
+                 min_credit: float = 0.1, system_prompt: str = "default", render_mode: str | None = None,
+                 **config: Any) -> None:
         super().__init__(render_mode=render_mode)
         rg = _package()
         if name not in rg.factory.DATASETS:
@@ -65,7 +68,7 @@ class ReasoningGymEnv(DatasetEnv):
             config["size"] = size
         self.name = name
         self.dataset = rg.create_dataset(name, seed=seed + SPLIT_OFFSET[split], **config)
-        self.system_prompt = rg.utils.SYSTEM_PROMPTS["default"]
+        self.system_prompt = rg.utils.SYSTEM_PROMPTS.get(system_prompt, system_prompt)
         self.set_tasks([self._task(i, entry) for i, entry in enumerate(self.dataset)])
         self.min_credit = min_credit
         extra = {c for t in self.tasks for m in t.prompt for c in m["content"]} - set(TEXT_CHARSET)
@@ -74,7 +77,9 @@ class ReasoningGymEnv(DatasetEnv):
                                                  charset=TEXT_CHARSET + "".join(sorted(extra)))
 
     def _task(self, i: int, entry: dict[str, Any]) -> Task:
-        prompt = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": entry["question"]}]
+        prompt = [{"role": "user", "content": entry["question"]}]
+        if self.system_prompt:
+            prompt.insert(0, {"role": "system", "content": self.system_prompt})
         return Task(id=f"{self.name}-{i}", prompt=prompt, answer=entry["answer"], metadata={"entry": entry})
 
     def score(self, action: str, task: Task) -> RewardResult:

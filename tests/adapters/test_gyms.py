@@ -57,7 +57,8 @@ def test_reasoning_gym_config_errors() -> None:
 
 @pytest.mark.slow
 def test_reasoning_gym_trains_two_steps(tmp_path, tiny) -> None:
-    env = {"id": "reasoning_gym:leg_counting", "kwargs": {"size": 16, "min_animals": 1, "max_animals": 2}}
+    env = {"id": "reasoning_gym:leg_counting", "kwargs": {"size": 16, "min_animals": 1, "max_animals": 2,
+                                                          "system_prompt": "direct"}}
     steps = train(tmp_path, tiny, env)
     assert all(r["samples_used"] == 16 for r in steps)
 
