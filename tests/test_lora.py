@@ -136,3 +136,10 @@ def test_stages_train_adapters_and_write_a_merged_final_model(stage, tmp_path):
         assert after["eval/accuracy"] > before["eval/accuracy"] or after["eval/accuracy"] == 1.0
     else:
         assert before["eval/margin"] == pytest.approx(0.0, abs=1e-5) and after["eval/margin"] > 0.02
+
+
+def test_lora_on_ray_is_a_one_line_config_error(capsys):
+    from agentrl.cli import main
+
+    assert main(["train", str(CONFIGS / "cpu_demo.yaml"), "cluster.mode=ray", "learner.lora.r=8"]) == 2
+    assert "learner.lora: LoRA runs in one process" in capsys.readouterr().err

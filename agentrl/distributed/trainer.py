@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import checkpoint as ckpt
-from agentrl.config import RunConfig
+from agentrl.config import ConfigError, RunConfig
 from agentrl.distributed import workers
 from agentrl.distributed.launch import ActorGroup, init_ray
 from agentrl.distributed.proxies import EngineFleet, PolicyGroup, RemoteObject
@@ -27,6 +27,9 @@ class RayTrainer(Trainer):
     """``Trainer`` whose models live in Ray actors (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
+        if cfg.learner.lora.r > 0:
+            raise ConfigError("learner.lora: LoRA runs in one process for now (cluster.mode: local); the Ray "
+                              "policy workers train full weights")
         init_ray(cfg.cluster)
         self.groups: list[ActorGroup] = []
         self._resuming = resume

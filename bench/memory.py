@@ -1,0 +1,110 @@
+"""Peak memory and time of one policy update of SmolLM2-135M-Instruct: full logits vs chunked, full vs LoRA.
+
+    python bench/memory.py [--seqs 16] [--tokens 256] [--threads 2] [--arms full-logits chunked lora]
+
+One update = ``PolicyLearner.train_step`` on ``--seqs`` sequences of ``--tokens`` tokens (half prompt,
+half response, distinct prompts, one micro-batch), AdamW step included. Each arm runs in its own
+process (one at a time), so its peak resident memory (``ru_maxrss``) is its own; the table shows it
+and the peak minus the resident memory just before the update (model, tokenizer and batch loaded),
+which is what the update itself added: activations, logits, gradients and the optimizer states.
+Arms: ``full-logits`` (``chunk_tokens=0``: the (B,T,V) logits), ``chunked`` (the default chunks of
+``CHUNK_TOKENS``), ``lora`` (chunked, rank-8 adapters on every linear layer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ARMS = ("full-logits", "chunked", "lora")
+
+
+def one_arm(arm: str, seqs: int, tokens: int) -> dict[str, float]:
+    """Run one update in this process and measure it."""
+    import torch
+
+    import agentrl.training.learner as learner_mod
+    from agentrl.config import AlgoConfig, LearnerConfig
+    from agentrl.config.sections import LoraConfig
+    from agentrl.models import load_causal_lm, resolve_model_source
+    from agentrl.training.experience import Experience
+    from agentrl.training.lora import apply_lora, parameter_report
+    from agentrl.types import Segment, Trajectory
+
+    torch.manual_seed(0)
+    model = load_causal_lm(resolve_model_source("smollm2-135m-instruct"), device="cpu")
+    if arm == "lora":
+        model = apply_lora(model, LoraConfig(r=8))
+    if arm == "full-logits":  # every call of sequence_logprobs in the update uses the full logits
+        original = learner_mod.sequence_logprobs
+        learner_mod.sequence_logprobs = lambda *a, **kw: original(*a, **{**kw, "chunk_tokens": 0})
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    half = tokens // 2
+    trajs = [Trajectory(prompt_ids=torch.randint(100, vocab, (half,), generator=g).tolist(),
+                        segments=[Segment(torch.randint(100, vocab, (tokens - half,), generator=g).tolist(), True,
+                                          [-1.0] * (tokens - half))], reward=float(i % 2), task_id=str(i), group_id=i)
+             for i in range(seqs)]
+    exp = Experience.from_trajectories(trajs, 0)
+    exp.advantages = torch.randn(exp.action_mask.shape, generator=g) * exp.action_mask
+    learner = learner_mod.PolicyLearner(model, LearnerConfig(lr=1e-5, micro_batch_size=seqs, shared_prefix=False),
+                                        AlgoConfig())
+    rss_before = _rss_mb()
+    start = time.perf_counter()
+    learner.train_step(exp)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report = parameter_report(model, learner.optimizer)
+    return {"peak_mb": peak, "update_mb": peak - rss_before, "s_per_update": seconds,
+            "trainable": report["params/trainable"], "optimizer_mb": report["memory/optimizer_mb"]}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seqs", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    p.add_argument("--arm", help=argparse.SUPPRESS)  # internal: run one arm in this process
+    args = p.parse_args()
+    if args.arm:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        print(json.dumps(one_arm(args.arm, args.seqs, args.tokens)))
+        return
+    rows = {}
+    for arm in args.arms:
+        out = subprocess.run([sys.executable, __file__, "--arm", arm, "--seqs", str(args.seqs), "--tokens",
+                              str(args.tokens), "--threads", str(args.threads)], capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+        if out.returncode:
+            sys.exit(f"arm {arm} failed:\n{out.stderr[-3000:]}")
+        rows[arm] = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"\none update of SmolLM2-135M-Instruct on {args.seqs} x {args.tokens} tokens, {args.threads} threads\n")
+    print("| arm | peak RSS MB | added by the update MB | s/update | trainable params | optimizer MB |")
+    print("|---|---|---|---|---|---|")
+    for arm, r in rows.items():
+        print(f"| {arm} | {r['peak_mb']:.0f} | {r['update_mb']:.0f} | {r['s_per_update']:.1f} | "
+              f"{r['trainable']:.0f} | {r['optimizer_mb']:.1f} |")
+    if "full-logits" in rows and "chunked" in rows:
+        f, c = rows["full-logits"], rows["chunked"]
+        print(f"\nchunked / full logits: peak {c['peak_mb'] / f['peak_mb']:.2f}x, "
+              f"added by the update {c['update_mb'] / f['update_mb']:.2f}x")
+    if "lora" in rows and "chunked" in rows:
+        print(f"LoRA / full fine-tuning: {rows['lora']['s_per_update'] / rows['chunked']['s_per_update']:.2f}x "
+              f"the time per update")
+
+
+if __name__ == "__main__":
+    main()
