@@ -3,7 +3,7 @@
 ``extract_answer(text)`` finds the final answer of a response or a gold label; both sides of
 :func:`is_equivalent` are read the same way (:mod:`rewards.math_extract`):
 
-1. after a ``</think>``, only the text after it counts (the block itself when nothing follows);
+1. after a ``</think>``, only the text after it counts (the block itself when no answer follows);
 2. the last ``\\boxed{}``/``\\fbox{}``, unless a "final answer is" / "Final Answer:" / "the answer
    is" / "answer:" statement comes after it (long solutions box intermediate results, then state
    the answer); a statement's answer is its ``$...$``, else its sentence when that is a bare answer,

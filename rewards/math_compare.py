@@ -51,9 +51,11 @@ def equal(pred: str, gold: str, rel_tol: float = 1e-9, depth: int = 0) -> bool |
         verdict = layer(p, g, lambda a, b: equal(a, b, rel_tol, depth + 1))
         if verdict is not None:
             return verdict
-    if _TEXT.fullmatch(p) or _TEXT.fullmatch(g):
-        if _TEXT.fullmatch(p) and _TEXT.fullmatch(g) and len(p) + len(g) > 2:
-            return p.lower().replace(" ", "") == g.lower().replace(" ", "")
+    tp, tg = _TEXT.fullmatch(p) is not None, _TEXT.fullmatch(g) is not None
+    if tp and tg and len(p) + len(g) > 2:
+        return p.lower().replace(" ", "") == g.lower().replace(" ", "")
+    if (tp and " " in p and mn.number(g) is not None) or (tg and " " in g and mn.number(p) is not None):
+        return False  # words against a number
     return expression_verdict(p, g)
 
 

@@ -226,7 +226,10 @@ def find_answer(text: str, compare: Any, boxed: bool = True, hash_: bool = True,
     """The final answer of ``text``; ``compare(a, b) -> bool`` tells whether two boxes agree."""
     if "</think>" in text:
         before, _, after = text.rpartition("</think>")
-        text = after if after.strip() else before.replace("<think>", "")
+        found = find_answer(after, compare, boxed, hash_, answer_is, dollars, last_number)
+        if found.how != "missing":
+            return found
+        text = before.replace("<think>", "")
     boxes = boxed_spans(text) if boxed else []
     statement = None
     if answer_is and ("nswer" in text or "NSWER" in text):

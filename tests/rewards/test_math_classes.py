@@ -37,6 +37,7 @@ def test_final_answer_in_a_whole_solution():
     assert rmath.extract_answer("First \\boxed{4}, then more.\nFinal Answer: The final answer is $10$.") == "10"
     assert rmath.extract_answer("<think>It is 5.</think>\nSo the total is $7$.") == "7"
     assert rmath.extract_answer("<think>so \\boxed{9}</think>") == "9"
+    assert rmath.extract_answer("<think>so \\boxed{9}</think>\n\nHope this helps!") == "9"
     assert rmath.extract_answer("We have $a=3$ and $b=4$, so $ab = 12$.") == "ab = 12"
     assert eq("We have $a=3$ and $b=4$, so $ab = 12$.", "12")
     assert eq("She makes 9 * 2 = 18 dollars every day.", "18")
