@@ -8,7 +8,7 @@ default ``default``, which asks for the answer inside ``<answer></answer>``; or 
 The response's last ``<answer>`` is scored by the dataset's own ``score_answer`` (none, or an empty
 one: 0.0), as reasoning-gym's own evaluation does. Scores under ``min_credit`` (default 0.1) count as
 0.0: several datasets give 0.01-0.05 to any wrong answer, and a wrong answer scores 0 here (graded
-scores above it are kept). Characters of the questions beyond agentrl's text charset (emoji) are
+scores above it are kept); a scorer that raises on an unparsable answer scores it 0.0. Characters of the questions beyond agentrl's text charset (emoji) are
 added to the env's observation space. ``split`` shifts the seed (train: ``seed``, test:
 ``seed + 1``, dev: ``seed + 2``), so held-out tasks are other draws of the same generator.
 Needs the optional extra ``reasoning-gym`` (``pip install agentrl[adapters]``).
@@ -88,7 +88,10 @@ class ReasoningGymEnv(DatasetEnv):
         answer = extract_answer(action)
         if not answer:
             return RewardResult(0.0, {"correct": 0.0}, {"parsed": answer})
-        value = float(self.dataset.score_answer(answer=answer, entry=task.metadata["entry"]))
+        try:
+            value = float(self.dataset.score_answer(answer=answer, entry=task.metadata["entry"]))
+        except Exception as e:  # noqa: BLE001 - some scorers raise on an unparsable answer: it is wrong
+            return RewardResult(0.0, {"correct": 0.0}, {"parsed": answer, "error": f"{type(e).__name__}: {e}"})
         value = value if value >= self.min_credit else 0.0
         return RewardResult(value, {"correct": value}, {"parsed": answer})
 

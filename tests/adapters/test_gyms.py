@@ -15,8 +15,10 @@ from tests.adapters.conftest import FILES, sums, train
 
 rg = pytest.importorskip("reasoning_gym")
 RG_IDS = [i for i in list_envs(families=True) if i.startswith("reasoning_gym:")]
-# no single oracle answer (the dataset scores by search) or a meta-dataset needing a config
-NO_REFERENCE = {"reasoning_gym:boxnet", "reasoning_gym:graph_color", "reasoning_gym:composite"}
+# no oracle answer (entry["answer"] is None: the dataset verifies a solution by search or simulation), or
+# a meta-dataset that needs a config naming its parts
+NO_REFERENCE = {"reasoning_gym:boxnet", "reasoning_gym:graph_color", "reasoning_gym:propositional_logic",
+                "reasoning_gym:rubiks_cube", "reasoning_gym:rush_hour", "reasoning_gym:composite"}
 # the datasets' own score_answer credits any answer (game_of_life_halting gives 1.0 to "banana")
 LENIENT = {"reasoning_gym:game_of_life_halting"}
 SAMPLE = ["reasoning_gym:leg_counting", "reasoning_gym:basic_arithmetic", "reasoning_gym:emoji_mystery",

@@ -70,3 +70,21 @@ def test_cli_says_why_in_one_line(tmp_path, jsonl, capsys):
     assert main(["train", str(cfg), "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "custom execute is not supported" in err[0], err
+
+
+def test_feedback_tokens_are_the_raw_text(tmp_path, jsonl, tiny):
+    from agentrl.models import load_causal_lm, load_tokenizer
+    from agentrl.rollout.build import make_executor
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.rollout.executors.agent import RawFeedbackExecutor
+
+    data = jsonl([{"prompt": "1+1=", "label": "no such answer"}])
+    cfg = load_config(None, [f"env.id=openrlhf:{FILES / 'agent_func.py'}", f"env.kwargs.dataset={data}",
+                             "rollout.max_new_tokens=3", "rollout.n_samples=2"])
+    env, tok = make_env(cfg), load_tokenizer(tiny)
+    executor = make_executor(cfg, env, HFEngine(load_causal_lm(tiny, device="cpu"), tok), tok)
+    assert isinstance(executor, RawFeedbackExecutor)
+    for traj in executor.run(env.tasks):
+        assert [s.is_action for s in traj.segments] == [True, False, True] and traj.reward == 0.0
+        assert traj.segments[1].token_ids == tok(" wrong, again: ", add_special_tokens=False)["input_ids"]
+        assert traj.prompt_ids == tok("1+1=", add_special_tokens=False)["input_ids"]
