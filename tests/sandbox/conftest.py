@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,5 +28,9 @@ def local() -> sandbox.Sandbox:
     """A local sandbox with two warm fork-servers; roomy wall-clock limits (a job that should
     time out passes `limits=SHORT`)."""
     sb = LocalSandbox(ROOMY, workers=2)
+    # Start both servers now (sympy preloaded: seconds on a busy machine), so that no test's own
+    # timing includes a server start.
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(lambda _: sb.run("pass").ok, range(2)))
     yield sb
     sb.close()
