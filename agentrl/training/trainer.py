@@ -56,7 +56,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
         self.cfg = cfg
-        if cfg.rollout.async_ and (cfg.rollout.engine != "hf" or cfg.cluster.mode != "local"):
+        if cfg.rollout.async_ and (cfg.rollout.engine == "vllm" or cfg.cluster.mode != "local"):
             raise ValueError("rollout.async runs in one process on the hf engine in this version "
                              f"(got rollout.engine={cfg.rollout.engine}, cluster.mode={cfg.cluster.mode})")
         seed_everything(cfg.data.seed)

@@ -126,3 +126,17 @@ def test_multi_turn_executor_steps_async_envs_concurrently(tiny):
     failed = [t for t in trajs if t.info.get("failed")]
     assert len(failed) == 1 and "StepTimeout" in failed[0].info["error"]
     assert all(len(t.turn_rewards) == 1 and t.info["end_reason"] == "terminated" for t in trajs if t not in failed)
+
+
+def test_an_env_that_cannot_be_copied_steps_one_call_at_a_time(tiny, caplog):
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.rollout.executors import SingleTurnExecutor
+
+    model, tok = tiny
+    env = flaky_envs.FlakyArithmetic(template="{expr}=")
+    env.handle = threading.Lock()  # e.g. a connection: deepcopy refuses it
+    ex = SingleTurnExecutor(env, HFEngine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4,
+                            pool=EnvPool(workers=4))
+    trajs = ex.run([env.sample_task(env.np_random) for _ in range(2)])
+    assert len(trajs) == 8 and not any(t.info.get("failed") for t in trajs)
+    assert "cannot be copied" in caplog.text

@@ -36,6 +36,28 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]], chat_templ
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+class _Serialized:
+    """``reset`` + ``step`` of a shared env under one lock (for envs ``clone_env`` cannot copy): the
+    lock is taken at ``reset`` and released after the ``step`` that follows on the same thread."""
+
+    def __init__(self, env: TextEnv, lock: threading.Lock) -> None:
+        self.env, self.lock = env, lock
+
+    def reset(self, **kw: Any) -> Any:
+        self.lock.acquire()
+        try:
+            return self.env.reset(**kw)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def step(self, action: str) -> Any:
+        try:
+            return self.env.step(action)
+        finally:
+            self.lock.release()
+
+
 class SingleTurnExecutor:
     """Runs single-turn episodes: ``n_samples`` per task, grouped by ``group_id``."""
 
@@ -46,6 +68,7 @@ class SingleTurnExecutor:
         self.eos_id = tokenizer.eos_token_id
         self.pool = pool or EnvPool(workers=1)
         self._local = threading.local()  # each pool worker steps its own copy of the env
+        self._shared_lock = threading.Lock()
 
     def prompt_ids(self, task: Task) -> list[int]:
         """The token ids the policy sees for ``task`` (the env's rendering of it)."""
@@ -77,7 +100,11 @@ class SingleTurnExecutor:
         if not self.pool.inline:
             env = getattr(self._local, "env", None)
             if env is None:
-                env = self._local.env = clone_env(self.env)
+                try:
+                    env = self._local.env = clone_env(self.env)
+                except Exception as e:  # an env that cannot be copied steps alone, one call at a time
+                    log.warning("env %s cannot be copied (%r): its steps run one at a time", type(self.env).__name__, e)
+                    env = self._local.env = _Serialized(self.env, self._shared_lock)
         env.reset(options={"task": task})
         return env.step(text)
 
