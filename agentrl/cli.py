@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         hint = f" (pip install {e.name})" if isinstance(e, ModuleNotFoundError) and e.name else ""
+        if "huggingface" in str(e).lower() or "repo id" in str(e).lower():  # a model path that is not there
+            hint = " (model.path / --model: give an existing Hugging Face directory, a hub id this machine can reach, or tiny)"
         print(f"agentrl: error: {type(e).__name__}: {one_line(e)}{hint} (--debug shows the traceback)",
               file=sys.stderr)
         return 2

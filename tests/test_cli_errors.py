@@ -42,6 +42,14 @@ def test_missing_model_path_says_no_such_directory(capsys, tmp_path):
     assert code == 2 and "--model: no such directory './runs/none'" in one_line(err)
 
 
+def test_a_hub_id_that_is_not_there_is_one_line(capsys, tmp_path, on_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub from tests
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    code, err = run_cli(capsys, "train", CONFIG, "model.path=nobody/no-model", "--run-dir", str(tmp_path / "r"))
+    line = one_line(err)
+    assert code == 2 and "agentrl: error: OSError" in line and "existing Hugging Face directory" in line
+
+
 def test_custom_env_without_pythonpath_names_the_fix(capsys, tmp_path, monkeypatch):
     monkeypatch.delitem(__import__("sys").modules, "reverse_env", raising=False)
     code, err = run_cli(capsys, "train", CONFIG, "--run-dir", str(tmp_path / "r"))
