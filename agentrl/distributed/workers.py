@@ -74,6 +74,18 @@ class PolicyWorker:
         out = [(n, t.detach().to("cpu", copy=True)) for n, t in self.strategy.named_parameters()]
         return out if self.rank == 0 else None
 
+    def weight_buckets(self) -> Any:
+        """Generator (a Ray streaming call): rank 0 yields the weights in buckets in the engine's dtype;
+        the other ranks only iterate (ZeRO-3 gathers collectively) and yield nothing."""
+        from agentrl.distributed.weight_sync import to_buckets
+
+        named = self.strategy.named_parameters()
+        if self.rank != 0:
+            for _ in named:
+                pass
+            return
+        yield from to_buckets(named, getattr(torch, self.cfg.model.dtype), copy=False)
+
     def weight_specs(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(name, dtype, shape)`` of every parameter, for the NCCL receivers."""
         from agentrl.distributed.weight_sync import weight_specs
@@ -111,7 +123,10 @@ class EngineWorker:
 
     def __init__(self, cfg: RunConfig, model_path: str, *, rank: int, world_size: int, threads: int) -> None:
         _setup_process(threads)
-        if cfg.rollout.engine == "vllm":
+        from agentrl.rollout.engines.choice import resolve_engine
+
+        batch = cfg.data.prompts_per_step * cfg.rollout.n_samples
+        if resolve_engine(cfg.rollout.engine, batch, model_path=model_path) == "vllm":
             from agentrl.rollout.engines.vllm import VLLMEngine
 
             self.engine: Any = VLLMEngine(model_path, seed=cfg.data.seed + rank, dtype=cfg.model.dtype,
@@ -130,6 +145,20 @@ class EngineWorker:
 
     def load_weights(self, named: list[tuple[str, torch.Tensor]]) -> None:
         self.engine.load_weights(named)
+
+    def begin_load(self) -> None:
+        """Start a streamed reload (``agentrl.distributed.weight_sync.StreamingReload``)."""
+        from agentrl.distributed.weight_sync import StreamingReload
+
+        self._reload = StreamingReload(self.engine)
+
+    def add_bucket(self, bucket: Any) -> None:
+        self._reload.add(bucket)
+
+    def end_load(self) -> dict[str, float]:
+        """Finish the streamed reload: its bytes, seconds and the engine's own reload seconds."""
+        reload, self._reload = self._reload, None
+        return reload.end()
 
     def sleep(self) -> None:
         self.engine.sleep()

@@ -52,6 +52,7 @@ class VLLMEngine:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
         self.llm = LLM(**kwargs, **llm_kwargs)
         self.sleep_mode = enable_sleep_mode and not on_cpu()
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and tensor_parallel_size == 1
         tok = self.llm.get_tokenizer()
         self.eos_id: int | None = getattr(tok, "eos_token_id", None)
 
@@ -81,7 +82,11 @@ class VLLMEngine:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Reload the weights in place on every worker (HF state-dict names)."""
-        weights = [(name, t.detach()) for name, t in named_tensors]
+        # in-process with one worker the reloader consumes the iterator as it comes (a streamed sync);
+        # otherwise the tensors are serialised to the workers, so they are collected first
+        weights: Any = ((name, t.detach()) for name, t in named_tensors)
+        if not self.in_process:
+            weights = list(weights)
         self.llm.collective_rpc("agentrl_reload", args=(weights,))
         self.llm.reset_prefix_cache()
 
