@@ -65,17 +65,18 @@ def policy_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()
-    deltas: dict[str, torch.Tensor] = {}
-    for name, module in base.named_modules():
-        if isinstance(module, LoraLayer) and not module.merged and not module.disable_adapters:
-            with torch.no_grad():
-                delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
-            if isinstance(delta, torch.Tensor):
-                deltas[f"{name}.base_layer.weight"] = delta
+    layers = {f"{name}.base_layer.weight": m for name, m in base.named_modules()
+              if isinstance(m, LoraLayer) and not m.merged and not m.disable_adapters}
     for name, p in base.named_parameters():
         if ".lora_" in name:
             continue
-        tensor = p.detach() + deltas[name].to(p.dtype) if name in deltas else p.detach()
+        tensor = p.detach()
+        if name in layers:  # one delta at a time: a streamed sync never holds them all
+            with torch.no_grad():
+                m = layers[name]
+                for a in m.active_adapters:
+                    if a in m.lora_A:
+                        tensor = tensor + m.get_delta_weight(a).to(p.dtype)
         yield name.replace(".base_layer.", "."), tensor
 
 
