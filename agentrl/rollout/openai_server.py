@@ -16,8 +16,9 @@ generated is re-tokenized. A request that does not extend the episode's conversa
 rewrote its history) is appended whole, as feedback, and ``Episode.rewritten`` counts it: the
 policy always continues the recorded context, so the trajectory is what was sampled.
 
-**Concurrency.** Agents run concurrently; their requests are batched: one generator thread takes
-every pending request and runs them in one ``engine.generate`` call. The sampling parameters are
+**Concurrency.** Agents run concurrently; their requests are batched: one generator thread waits
+(at most ``batch_wait_s``) until every live episode has a request pending and runs them in one
+``engine.generate`` call. The sampling parameters are
 the run's (an agent's ``temperature`` is ignored: the samples must come from the policy being
 trained); a request's ``max_tokens`` cuts its completion shorter. FastAPI and uvicorn are
 imported only when a server starts.
@@ -69,7 +70,7 @@ class PolicyServer:
     """The endpoint (see the module docstring). ``start()`` once; ``new_episode()`` per agent run."""
 
     def __init__(self, engine: InferenceEngine, tokenizer: Any, params: SamplingParams, *,
-                 chat_template: bool = False, model_name: str = "agentrl-policy") -> None:
+                 chat_template: bool = False, model_name: str = "agentrl-policy", batch_wait_s: float = 0.05) -> None:
         self.engine, self.tokenizer, self.params = engine, tokenizer, params
         self.use_template = bool(chat_template and getattr(tokenizer, "chat_template", None))
         self.model_name = model_name
@@ -78,6 +79,7 @@ class PolicyServer:
         self._pending: queue.Queue = queue.Queue()
         self._server: Any = None
         self.port = 0
+        self.batch_wait_s = batch_wait_s
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "PolicyServer":
@@ -187,10 +189,13 @@ class PolicyServer:
             item = self._pending.get()
             if item is None:
                 return
-            batch = [item]
-            time.sleep(0.005)  # let concurrent agents' requests arrive
-            while not self._pending.empty():
-                nxt = self._pending.get()
+            batch, deadline = [item], time.monotonic() + self.batch_wait_s
+            # wait (up to batch_wait_s) for every live episode's request: one engine call per turn
+            while len(batch) < len(self.episodes):
+                try:
+                    nxt = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
                 if nxt is None:
                     self._pending.put(None)
                     break

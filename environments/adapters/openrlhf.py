@@ -73,6 +73,13 @@ def agent_instance_class(path: str) -> type:
     return found[0]
 
 
+def prompt_text(prompt: Any) -> str:
+    """A dataset prompt as the text OpenRLHF hands the agent (chat messages: their contents, joined)."""
+    if isinstance(prompt, list):
+        return "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in prompt)
+    return str(prompt)
+
+
 def new_instance(cls: type) -> Any:
     """``cls()``; an ``async def __init__`` (as in OpenRLHF's own example) is awaited."""
     if inspect.iscoroutinefunction(cls.__init__):
@@ -99,7 +106,7 @@ class OpenRLHFAgentEnv(DatasetEnv):
         if missing:
             raise EnvError(f"{dataset}: rows have no field {missing[0]!r} (fields: {', '.join(rows[0])}); "
                              "set env.kwargs.prompt_key / label_key")
-        self.set_tasks([Task(id=f"openrlhf-{i}", prompt=str(r[prompt_key]), answer=r.get(label_key))
+        self.set_tasks([Task(id=f"openrlhf-{i}", prompt=prompt_text(r[prompt_key]), answer=r.get(label_key))
                         for i, r in enumerate(rows)], limit)
         self.agent: Any = None
         self.transcript = ""

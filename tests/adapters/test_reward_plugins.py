@@ -20,7 +20,7 @@ def server():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "serve-reward", "--port", str(port), "--workers", "1",
-                             "--plugin", f"{FILES / 'reward_func.py'}:reward_func",
+                             "--plugin", f"{FILES / 'math_reward_func.py'}:reward_func",
                              "--plugin", f"{FILES / 'compute_score.py'}:compute_score"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
