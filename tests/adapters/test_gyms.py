@@ -21,8 +21,10 @@ NO_REFERENCE = {"reasoning_gym:boxnet", "reasoning_gym:graph_color", "reasoning_
                 "reasoning_gym:rubiks_cube", "reasoning_gym:rush_hour", "reasoning_gym:composite"}
 # the datasets' own score_answer credits any answer (game_of_life_halting gives 1.0 to "banana")
 LENIENT = {"reasoning_gym:game_of_life_halting"}
+# CI checks four (arithmetic, emoji outside the base charset, a 0.01-credit scorer); the whole registry with
+# AGENTRL_ALL_REASONING_GYM=1 (about 4 minutes)
 SAMPLE = ["reasoning_gym:leg_counting", "reasoning_gym:basic_arithmetic", "reasoning_gym:emoji_mystery",
-          "reasoning_gym:word_sorting", "reasoning_gym:spell_backward", "reasoning_gym:countdown"]
+          "reasoning_gym:countdown"]
 CHECKED = sorted(set(RG_IDS) - NO_REFERENCE - LENIENT) if os.environ.get("AGENTRL_ALL_REASONING_GYM") else SAMPLE
 GARBAGE = ["", " ", "asdf qwerty", "The answer is banana.", "<answer></answer>", "<answer>banana</answer>"]
 

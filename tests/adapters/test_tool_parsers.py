@@ -72,5 +72,5 @@ def test_tool_env_feeds_back_results_and_malformed_calls(name):
 def test_tool_parser_from_config_trains_two_steps(tmp_path, tiny):
     env = {"id": "agentrl/CalculatorMath-v0",
            "kwargs": {"base": "agentrl/Arithmetic-v0", "digits": 1, "tool_parser": "pythonic", "max_tool_calls": 1}}
-    steps = train(tmp_path, tiny, env, "rollout.max_total_tokens=0")
-    assert all(r["samples_used"] == 16 for r in steps)
+    steps = train(tmp_path, tiny, env, "data.prompts_per_step=2")
+    assert all(r["samples_used"] == 8 for r in steps)
