@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -55,6 +56,7 @@ class BlackBoxExecutor:
 
         if self.server is None:
             self.server = PolicyServer(self.engine, self.tokenizer, params, chat_template=self.chat_template).start()
+            weakref.finalize(self, self.server.close)  # the endpoint goes with the executor
         self.server.params = params
         return self.server
 
