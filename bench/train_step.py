@@ -17,7 +17,9 @@ the median seconds per step, samples/s and the ratio agentrl/TRL samples/s, plus
 per-stage medians (``time/<stage>``).
 
 Configurations: ``short`` (32 prompts x 8 samples, 4 new tokens), ``long`` (8 prompts x 8
-samples, 128 new tokens), ``short-kl`` (short with a reference model and KL in the loss, beta 0.04).
+samples, 128 new tokens), ``short-kl`` (short with a reference model and KL in the loss, beta 0.04);
+for the scaling table ``b32``, ``b128``, ``b512`` (samples per step at 4 new tokens) and ``t4``,
+``t64``, ``t512`` (new tokens at 2 prompts x 8 samples): ``--configs b32 b128 b512 t4 t64 t512``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ SETTINGS = {
     "long": Setting("long", 8, 8, 128),
     "short-kl": Setting("short-kl", 32, 8, 4, beta=0.04),
 }
+# the scaling table (bench/README.md): samples per step at 4 new tokens, new tokens at 16 samples
+SCALING = {f"b{p * 8}": Setting(f"b{p * 8}", p, 8, 4) for p in (4, 16, 64)}
+SCALING.update({f"t{t}": Setting(f"t{t}", 2, 8, t) for t in (4, 64, 512)})
+SETTINGS.update(SCALING)
 LR = 3e-4
 
 
@@ -181,6 +187,29 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(f"| {r['config']} | " + " | ".join(f"{r['stages'].get(k, 0.0):.4f}" for k in keys) + " |")
 
 
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def print_scaling(rows: list[dict[str, Any]]) -> None:
+    """Seconds per step as the batch grows and as the answers grow, with the fitted slope of each."""
+    for label, prefix, key, unit in (("samples per step (4 new tokens)", "b", "samples", 100),
+                                     ("new tokens (16 samples)", "t", "max_new_tokens", 100)):
+        part = [r for r in rows if r["config"].startswith(prefix) and r["config"][1:].isdigit()]
+        if len(part) < 2:
+            continue
+        print(f"\nscaling with {label}:")
+        print(f"| {key} | TRL s/step | agentrl s/step | ratio |")
+        print("|---:|---:|---:|---:|")
+        for r in part:
+            print(f"| {r[key]} | {r['trl_s']:.3f} | {r['agentrl_s']:.3f} | {r['ratio']:.2f}x |")
+        xs = [float(r[key]) for r in part]
+        st, sa = slope(xs, [r["trl_s"] for r in part]), slope(xs, [r["agentrl_s"] for r in part])
+        print(f"| slope (s per {unit} {key}) | {unit * st:.3f} | {unit * sa:.3f} | {st / sa:.2f}x |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", nargs="+", default=["short", "long"], choices=sorted(SETTINGS))
@@ -202,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch threads: {torch.get_num_threads()}; medians of {args.steps} steps after {args.warmup} warm-up, "
           "A/B interleaved in one process")
     print_table(rows)
+    print_scaling(rows)
     if args.json:
         Path(args.json).write_text(json.dumps([{k: v for k, v in r.items() if k != "trainer"} for r in rows], indent=1))
     return 0
