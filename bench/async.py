@@ -14,6 +14,8 @@ Cases: ``demo`` the CPU demo (2-digit addition, 32 prompts x 8, no warm start: t
 ``tool`` a 3-turn tool env whose tool takes 50 ms (scripted delay). Blocks of ``--steps`` steps are
 interleaved across the arms ``--reps`` times; each block starts its rollout worker afresh (nothing
 made ahead during another arm's block). samples/s = samples trained on / wall seconds of the block.
+Torch runs one OpenMP thread per call (``OMP_NUM_THREADS=1`` unless set): on 2 shared cores two-thread
+teams stall (measured here: the sync learner step 19 s with 2 threads, 1.3 s with 1).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# one OpenMP thread per torch call (as bench/run_all and the tests): two-thread OpenMP teams stall each
+# other on a shared 2-core machine (MACHINE.md: 5-30x); the async arm's two threads then use both cores
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from environments.arithmetic import ArithmeticEnv  # noqa: E402
 
