@@ -14,7 +14,7 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled DS_ACCELERATOR
 	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 HF_HUB_OFFLINE=1 \
 	TOKENIZERS_PARALLELISM=false
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo demo-real test lint bench clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
 
+# GRPO with LoRA on SmolLM2-135M-Instruct (a real pretrained model) on 2-digit addition, ~15 min on 2 cores
+demo-real: $(STAMP)
+	$(BIN)/agentrl train examples/configs/smollm2_addition.yaml --overwrite
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
@@ -40,8 +44,10 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -m "not slow and not gpu" -p no:cacheprovider
-	$(BIN)/python -m pytest -q -m "slow and not gpu" -p no:cacheprovider || test $$? -eq 5  # 5: none marked slow
+	$(BIN)/python -m pytest -q -m "not slow and not gpu and not real" -p no:cacheprovider
+	$(BIN)/python -m pytest -q -m "slow and not gpu and not real" -p no:cacheprovider || test $$? -eq 5  # 5: none marked slow
+	@# the real-model tier: SmolLM2-135M-Instruct (converted once into the test cache), HF, vLLM, GRPO, LoRA
+	$(BIN)/python -m pytest -q -m "real and not gpu" -p no:cacheprovider tests/real
 
 bench: $(STAMP)
 	@$(BIN)/python -c "import trl, pyinstrument" 2>/dev/null || $(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS),bench]'
