@@ -78,12 +78,9 @@ def test_a_partial_rollout_continues_under_new_weights_and_keeps_its_versions(ti
         for p in newer.parameters():
             p.add_(0.05)
     env = flaky_envs.TwoTurnArithmetic(template="{expr}=")
-    published = []
 
     def publish() -> None:  # the learner finishes an update while the episodes wait for their env
-        if not published:
-            published.append(1)
-            engine.stage_weights(newer.named_parameters(), 1)
+        engine.stage_weights(newer.named_parameters(), 1)  # before this episode's env answers (idempotent)
 
     env.on_first_step = publish
     ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=3), n_samples=3,
