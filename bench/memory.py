@@ -9,6 +9,11 @@ and the peak minus the resident memory just before the update (model, tokenizer 
 which is what the update itself added: activations, logits, gradients and the optimizer states.
 Arms: ``full-logits`` (``chunk_tokens=0``: the (B,T,V) logits), ``chunked`` (the default chunks of
 ``CHUNK_TOKENS``), ``lora`` (chunked, rank-8 adapters on every linear layer).
+
+Measured here (2 cores shared with other jobs, load ~8; 16 x 256 tokens): peak RSS 9343 MB with the
+full logits, 8039 MB chunked (0.86x: the decoder's saved activations for 4,096 tokens, ~7 GB, dominate;
+the chunks remove the ~1.3 GB of (B,T,V) logits and their softmax), 10785 MB with LoRA; 224 s, 212 s and
+67 s per update (LoRA 0.32x); trainable parameters 134.5M vs 2.44M, optimizer states 1026 MB vs 18.6 MB.
 """
 
 from __future__ import annotations
