@@ -138,13 +138,16 @@ def test_undecodable_and_control_text_never_raises(text):
 def test_giant_model_output_is_scored_in_bounded_time(name, text):
     task = Task("t", "q", "42")
     rmath.score("x", task)  # the sympy helper starts outside the timed part
-    t0 = time.monotonic()
-    for fn in (rmath.score, numeric.score):
-        assert fn(text, task).score in (0.0, 1.0)
     env = agentrl.make("agentrl/Arithmetic-v0")
     env.reset(seed=0)
+    t0, cpu0 = time.monotonic(), time.process_time()
+    for fn in (rmath.score, numeric.score):
+        assert fn(text, task).score in (0.0, 1.0)
     assert env.step(text)[1] == 0.0
-    assert time.monotonic() - t0 < 15, name
+    # Bounded work, measured as this process's CPU time (a busy machine stretches wall time, not work);
+    # the wall bound only catches a hang in the sympy helper, whose own deadline is under 1 s.
+    assert time.process_time() - cpu0 < 5, name
+    assert time.monotonic() - t0 < 60, name
 
 
 def test_giant_response_is_cut_at_the_token_budget(tok, tiny_arith):
