@@ -103,7 +103,7 @@ def parameter_report(model: Any, optimizer: torch.optim.Optimizer | None = None)
         seen.add(id(p))
         total += p.numel()
         trainable += p.numel() if p.requires_grad else 0
-    measured = optimizer_state_bytes(optimizer) if optimizer is not None else 0
+    measured = optimizer_state_bytes(optimizer) if isinstance(optimizer, torch.optim.Optimizer) else 0
     return {"params/total": float(total), "params/trainable": float(trainable),
             "params/trainable_fraction": trainable / max(total, 1),
             "memory/optimizer_mb": (measured or 8 * trainable) / 2**20}

@@ -43,6 +43,7 @@ from agentrl.training.experience import Experience
 from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import apply_lora, is_lora, load_adapter, parameter_report, policy_weights
 from agentrl.training.metrics import rollout_metrics
+from agentrl.training.scoring import remote_reward_client, reward_model_scorer, score_remote, score_unverified
 from agentrl.training.signals import stop_on_sigterm
 from agentrl.training.tasks import TaskSource, seed_everything
 from agentrl.training.warm_start import maybe_warm_start
@@ -116,48 +117,11 @@ class Trainer:
 
     def score_unverified(self, trajs: list[Trajectory]) -> list[Trajectory]:
         """Samples the env could not verify (``info["verified"] = False``) go to the reward model."""
-        todo = [t for t in trajs if not t.info.get("verified", True)]
-        if not todo:
-            return trajs
-        if self.reward_model is None:
-            raise RuntimeError(f"{len(todo)} samples are unverified by the env and no reward.model is configured")
-        for t, score in zip(todo, self.reward_model.score(todo)):
-            t.reward = float(score)
-            t.info["reward_model_score"] = float(score)
-        return trajs
+        return score_unverified(trajs, self.reward_model)
 
     def score_remote(self, trajs: list[Trajectory], tasks: list[Task]) -> list[Trajectory]:
-        """With ``reward.remote_url`` the reward server scores every sample (in place of the env's reward).
-
-        The client retries with backoff; a batch still unscored after ``reward.retries`` marks its
-        samples failed (reward 0, ``info["error"]``) and training goes on, or stops with a clear error
-        when ``reward.remote_strict`` is set. An item the server could not score fails that sample only.
-        """
-        if self.remote_reward is None:
-            return trajs
-        from rewards.client import RemoteRewardError
-
-        by_id = {t.id: t for t in tasks}
-        todo = [t for t in trajs if not t.info.get("failed")]
-        responses = [t.info["response"] if "response" in t.info else "".join(t.info.get("responses", []))
-                     for t in todo]
-        try:
-            results = self.remote_reward.score_batch(responses, [by_id[t.task_id] for t in todo])
-        except RemoteRewardError as e:
-            if self.cfg.reward.remote_strict:
-                raise RuntimeError(f"reward server {self.cfg.reward.remote_url} failed and reward.remote_strict "
-                                   f"is set: {e}") from e
-            log.error("reward server failed; %d samples marked failed: %s", len(todo), e)
-            results = [None] * len(todo)
-            for t in todo:
-                t.info.update(failed=True, error=f"remote reward: {e}")
-        for t, r in zip(todo, results):
-            t.reward = 0.0 if r is None else float(r.score)
-            if r is not None:
-                t.info["reward_components"] = dict(r.components)
-                if r.info.get("error"):
-                    t.info.update(failed=True, error=f"remote reward: {r.info['error']}")
-        return trajs
+        """With ``reward.remote_url`` the reward server scores every sample (in place of the env's reward)."""
+        return score_remote(trajs, tasks, self.remote_reward, self.cfg.reward)
 
     def sample(self, tasks: list[Task]) -> list[Trajectory]:
         """Rollouts of ``tasks`` with final rewards: remote reward or reward model, then the optional
@@ -429,18 +393,8 @@ class Trainer:
 
     def build_remote_reward(self) -> Any:
         """The reward server client when ``reward.remote_url`` is set (``rewards.client.RemoteReward``)."""
-        r = self.cfg.reward
-        if not r.remote_url:
-            return None
-        from rewards.client import RemoteReward
-
-        return RemoteReward(r.remote_url, reward=r.remote_reward, token=r.remote_token, timeout_s=r.timeout_s,
-                            retries=r.retries)
+        return remote_reward_client(self.cfg.reward)
 
     def build_reward_model(self) -> Any:
         """Scores samples the env could not verify (``.score(trajectories) -> list[float]``)."""
-        if not self.cfg.reward.model:
-            return None
-        from agentrl.training.reward_model import RewardModel
-
-        return RewardModel.load(self.cfg.reward.model, tokenizer=self.tokenizer, device=self.cfg.model.device)
+        return reward_model_scorer(self.cfg, self.tokenizer)
