@@ -23,9 +23,9 @@ from agentrl.algorithms import dpo_loss
 from agentrl.stages.config import DPOConfig
 from agentrl.stages.data import PairExample, encode_pair, pair_trajectories, stage_records
 from agentrl.stages.runner import (
-    make_tracker,
     model_path_of,
     run_dir_of,
+    run_stage,
     save_hf,
     seed_all,
     stage_envs,
@@ -33,7 +33,6 @@ from agentrl.stages.runner import (
 from agentrl.training.experience import Experience
 from agentrl.training.learner import sequence_logprobs
 from agentrl.training.lora import apply_lora, merged_model
-from agentrl.training.supervised import train_loop
 
 
 @dataclass
@@ -115,7 +114,6 @@ def evaluate_dpo(model: Any, scored: Sequence[ScoredPair], pad_id: int, cfg: DPO
 
 def run_dpo(cfg: DPOConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     """Train the policy with DPO/IPO; it goes to ``RUN/final``. Returns held-out metrics before/after."""
-    from agentrl import checkpoint as ckpt
     from agentrl.config import RunConfig
     from agentrl.models import load_policy
 
@@ -133,31 +131,12 @@ def run_dpo(cfg: DPOConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     train_s = score_reference(ref, train, pad, cfg.dpo.ipo, mb)
     held_s = score_reference(ref, held, pad, cfg.dpo.ipo, mb)
     del ref
-    tracker = make_tracker(out, cfg)
 
-    evals: dict[int, dict[str, float]] = {}
+    def held_out() -> dict[str, float]:
+        return {f"eval/{k}": v for k, v in evaluate_dpo(model, held_s, pad, cfg).items()}
 
-    def evaluate_now(step: int) -> dict[str, float]:
-        if step in evals:
-            return evals[step]
-        m = {f"eval/{k}": v for k, v in evaluate_dpo(model, held_s, pad, cfg).items()}
-        tracker.log(step, m)
-        tracker.print(f"dpo step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
-        evals[step] = m
-        return m
-
-    def save(step: int, state: dict[str, Any]) -> None:
-        ckpt.save_checkpoint(out, step, model, tok, state, keep=cfg.checkpoint.keep)
-
-    try:
-        before = evaluate_now(0)
-        result = train_loop(model, train_s, cfg.optim, dpo_micro_loss(model, pad, cfg),
-                            on_eval=evaluate_now,
-                            on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
-                            on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
-        after = evaluate_now(result.steps)
-    finally:
-        tracker.close()
+    before, result, after = run_stage("dpo", cfg, out, model, tok, train_s,
+                                      dpo_micro_loss(model, pad, cfg), held_out)
     final = save_hf(merged_model(model), tok, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_pairs": len(train), "eval_pairs": len(held),
             "before": before, "after": after, "model_dir": str(final) if final else None, "run_dir": str(out)}

@@ -28,15 +28,14 @@ from agentrl.models import DTYPES, load_tokenizer, resolve_device
 from agentrl.stages.config import RMConfig
 from agentrl.stages.data import PairExample, encode_pair, pair_trajectories, stage_records
 from agentrl.stages.runner import (
-    make_tracker,
     model_path_of,
     run_dir_of,
+    run_stage,
     seed_all,
     stage_envs,
 )
 from agentrl.training.experience import Experience
 from agentrl.training.lora import apply_lora, merged_model
-from agentrl.training.supervised import train_loop
 
 
 def load_score_model(path: str, tokenizer: Any, *, dtype: str = "float32", device: str = "auto",
@@ -129,7 +128,6 @@ def save_rm_dir(model: Any, tokenizer: Any, stats: dict[str, float], out: Path) 
 
 def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     """Train a reward model; it goes to ``RUN/final``. Returns held-out metrics before and after."""
-    from agentrl import checkpoint as ckpt
 
     seed_all(cfg.data.seed)
     out = run_dir_of(cfg, run_dir)
@@ -143,31 +141,12 @@ def run_rm(cfg: RMConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     train = [p for p in (encode_pair(r, tok, cfg.data) for r in train_recs) if p is not None]
     held = [p for p in (encode_pair(r, tok, cfg.data) for r in eval_recs) if p is not None]
     pad, mb = tok.pad_token_id, cfg.optim.micro_batch_size
-    tracker = make_tracker(out, cfg)
 
-    evals: dict[int, dict[str, float]] = {}
+    def held_out() -> dict[str, float]:
+        return {f"eval/{k}": v for k, v in evaluate_pairs(model, held, pad, cfg.rm.loss, mb).items()} if held else {}
 
-    def evaluate_now(step: int) -> dict[str, float]:
-        if step in evals:
-            return evals[step]
-        m = {f"eval/{k}": v for k, v in evaluate_pairs(model, held, pad, cfg.rm.loss, mb).items()} if held else {}
-        tracker.log(step, m)
-        tracker.print(f"rm step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
-        evals[step] = m
-        return m
-
-    def save(step: int, state: dict[str, Any]) -> None:
-        ckpt.save_checkpoint(out, step, model, tok, state, keep=cfg.checkpoint.keep)
-
-    try:
-        before = evaluate_now(0)
-        result = train_loop(model, train, cfg.optim, rm_micro_loss(model, pad, cfg.rm.loss, cfg.rm.margin),
-                            on_eval=evaluate_now,
-                            on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
-                            on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
-        after = evaluate_now(result.steps)
-    finally:
-        tracker.close()
+    before, result, after = run_stage("rm", cfg, out, model, tok, train,
+                                      rm_micro_loss(model, pad, cfg.rm.loss, cfg.rm.margin), held_out)
     stats = reward_stats(model, train, pad, mb)
     final = save_rm_dir(merged_model(model), tok, stats, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_pairs": len(train), "eval_pairs": len(held),

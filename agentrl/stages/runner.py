@@ -5,16 +5,19 @@ path of a stage config, the tracker, and saving a Hugging Face directory atomica
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from agentrl import checkpoint as ckpt
 from agentrl.config import DataConfig, RunConfig
 from agentrl.rollout.build import make_env, resolve_model_path
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import Tracker
+from agentrl.training.supervised import LoopResult, MicroLoss, train_loop
 
 
 def seed_all(seed: int) -> None:
@@ -58,3 +61,34 @@ def save_hf(model: Any, tokenizer: Any, out: Path) -> Path:
         shutil.rmtree(out)
     tmp.rename(out)
     return out
+
+
+def run_stage(name: str, cfg: Any, out: Path, model: Any, tokenizer: Any, items: Sequence[Any],
+              micro_loss: MicroLoss, held_out: Callable[[], dict[str, float]]
+              ) -> tuple[dict[str, float], LoopResult, dict[str, float]]:
+    """The body every stage shares: evaluate (``held_out()``) at step 0, every ``optim.eval_every`` steps
+    and at the end (an evaluation of the last step is reused), checkpoint every ``checkpoint.every``
+    steps, log training metrics. Returns (metrics before, the loop's result, metrics after)."""
+    tracker = make_tracker(out, cfg)
+    evals: dict[int, dict[str, float]] = {}
+
+    def evaluate_now(step: int) -> dict[str, float]:
+        if step not in evals:
+            m = held_out()
+            tracker.log(step, m)
+            tracker.print(f"{name} step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
+            evals[step] = m
+        return evals[step]
+
+    def save(step: int, state: dict[str, Any]) -> None:
+        ckpt.save_checkpoint(out, step, model, tokenizer, state, keep=cfg.checkpoint.keep)
+
+    try:
+        before = evaluate_now(0)
+        result = train_loop(model, items, cfg.optim, micro_loss, on_eval=evaluate_now,
+                            on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
+                            on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
+        after = evaluate_now(result.steps)
+    finally:
+        tracker.close()
+    return before, result, after

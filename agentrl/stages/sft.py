@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentrl import checkpoint as ckpt
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
 from agentrl.evaluation.metrics import evaluate
@@ -18,9 +17,9 @@ from agentrl.rollout.engines.hf import HFEngine
 from agentrl.rollout.executors import SingleTurnExecutor
 from agentrl.stages.config import SFTConfig
 from agentrl.stages.data import encode_sft, stage_records
-from agentrl.stages.runner import make_tracker, model_path_of, run_dir_of, save_hf, seed_all, stage_envs
+from agentrl.stages.runner import model_path_of, run_dir_of, run_stage, save_hf, seed_all, stage_envs
 from agentrl.training.lora import apply_lora, merged_model
-from agentrl.training.supervised import eval_loss, sft_micro_loss, train_loop
+from agentrl.training.supervised import eval_loss, sft_micro_loss
 
 
 # ------------------------------------------------------------------ agentrl sft CONFIG
@@ -47,34 +46,15 @@ def run_sft(cfg: SFTConfig, run_dir: str | Path | None = None) -> dict[str, Any]
     train = [t for t in (encode_sft(r, tok, cfg.data) for r in train_recs) if t is not None]
     held = [t for t in (encode_sft(r, tok, cfg.data) for r in eval_recs) if t is not None]
     test_env = make_env(RunConfig(env=cfg.env), cfg.env.eval_kwargs) if cfg.sft.greedy_eval_tasks else None
-    tracker = make_tracker(out, cfg)
 
-    evals: dict[int, dict[str, float]] = {}
-
-    def evaluate_now(step: int) -> dict[str, float]:
-        if step in evals:
-            return evals[step]
+    def held_out() -> dict[str, float]:
         m = {"eval/loss": eval_loss(model, held, tok.pad_token_id, cfg.optim.micro_batch_size)} if held else {}
         if test_env is not None:
             m["eval/greedy_accuracy"] = greedy_accuracy(cfg, model, tok, test_env, cfg.sft.greedy_eval_tasks)
-        tracker.log(step, m)
-        tracker.print(f"sft step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()))
-        evals[step] = m
         return m
 
-    def save(step: int, state: dict[str, Any]) -> None:
-        ckpt.save_checkpoint(out, step, model, tok, state, keep=cfg.checkpoint.keep)
-
-    try:
-        before = evaluate_now(0)
-        result = train_loop(model, train, cfg.optim,
-                            sft_micro_loss(model, tok.pad_token_id, cfg.sft.packing, cfg.sft.pack_length),
-                            on_eval=evaluate_now,
-                            on_log=lambda s, m: tracker.log(s, {f"train/{k}": v for k, v in m.items()}),
-                            on_save=save, save_every=cfg.checkpoint.every, seed=cfg.data.seed)
-        after = evaluate_now(result.steps)
-    finally:
-        tracker.close()
+    before, result, after = run_stage("sft", cfg, out, model, tok, train,
+                                      sft_micro_loss(model, tok.pad_token_id, cfg.sft.packing, cfg.sft.pack_length), held_out)
     final = save_hf(merged_model(model), tok, out / "final") if cfg.checkpoint.save_final else None
     return {"steps": result.steps, "seconds": result.seconds, "train_examples": len(train),
             "eval_examples": len(held), "before": before, "after": after,
