@@ -184,13 +184,8 @@ def _openrlhf_response(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rewards": scores, "scores": scores, "extra_logs": logs}
 
 
-def create_app(config: ServerConfig) -> FastAPI:
-    """The FastAPI app; the worker pool starts with the app's lifespan."""
-    _load_plugins(config.plugins)
-    # workers register plugins under the spec; the short name is mapped back here
-    aliases = {getattr(load_object(s), "__name__", s): s for s in config.plugins}
-    get_reward(aliases.get(config.default_reward, config.default_reward))  # unknown name: fail now
-    state: dict[str, WorkerPool] = {}
+def _lifespan(config: ServerConfig, state: dict[str, WorkerPool], known: list[str]) -> Any:
+    """The app's lifespan: start the worker pool (into ``state["pool"]``), announce, close it at exit."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
@@ -202,17 +197,33 @@ def create_app(config: ServerConfig) -> FastAPI:
         yield
         await state["pool"].close()
 
-    app = FastAPI(title="agentrl reward server", version="1", lifespan=lifespan)
-    app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
+    return lifespan
+
+
+def _token_check(token: str | None) -> Any:
+    """A FastAPI dependency refusing requests without ``Authorization: Bearer <token>`` (none: open)."""
 
     async def check_token(request: Request) -> None:
-        if config.token is None:
+        if token is None:
             return
         got = request.headers.get("authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {config.token}".encode()):
+        if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
+    return check_token
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The FastAPI app; the worker pool starts with the app's lifespan."""
+    _load_plugins(config.plugins)
+    # workers register plugins under the spec; the short name is mapped back here
+    aliases = {getattr(load_object(s), "__name__", s): s for s in config.plugins}
+    get_reward(aliases.get(config.default_reward, config.default_reward))  # unknown name: fail now
+    state: dict[str, WorkerPool] = {}
     known = sorted(set(available()) | set(aliases))
+    app = FastAPI(title="agentrl reward server", version="1", lifespan=_lifespan(config, state, known))
+    app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
+    check_token = _token_check(config.token)
 
     def request_reward(name: str | None) -> str:
         """The request's reward (or the default); an unknown one refuses the request, naming what exists."""
