@@ -86,33 +86,3 @@ def test_completions_endpoint_and_concurrent_agents(server):
     with pytest.raises(openai.NotFoundError):
         openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/ep/999/v1", api_key="x").completions.create(
             model="p", prompt="x")
-
-
-@pytest.mark.slow
-@pytest.mark.real
-def test_chat_template_stitching_matches_the_template():
-    """With a real chat template (SmolLM2's ChatML), the stitched context is what the template renders for
-    the agent's conversation: the policy's own turn-end token is kept, the rest of the closing added."""
-    from agentrl.models import alias_gguf
-
-    try:
-        alias_gguf("smollm2-135m-instruct")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    tok = load_tokenizer("smollm2-135m-instruct")
-    engine = HFEngine(load_causal_lm("smollm2-135m-instruct", device="cpu"), tok)
-    srv = PolicyServer(engine, tok, SamplingParams(max_new_tokens=6, temperature=1.0), chat_template=True).start()
-    try:
-        eid, url = srv.new_episode()
-        client = openai.OpenAI(base_url=url, api_key="x")
-        msgs = [{"role": "user", "content": "What is 3+4?"}]
-        msgs.append({"role": "assistant", "content": client.chat.completions.create(
-            model="p", messages=msgs).choices[0].message.content})
-        msgs.append({"role": "user", "content": "Are you sure?"})
-        client.chat.completions.create(model="p", messages=msgs)
-        ep = srv.pop_episode(eid)
-    finally:
-        srv.close()
-    assert ep.rewritten == 0 and [s.is_action for s in ep.segments] == [True, False, True]
-    stitched = tok.decode(ep.context()[:-len(ep.segments[-1].token_ids)])
-    assert stitched == tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
