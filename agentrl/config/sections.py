@@ -274,6 +274,8 @@ class ClusterConfig:
     """Reward-model actor (used when ``reward.model`` is set)."""
     engines: ActorGroupConfig = field(default_factory=ActorGroupConfig)
     """Rollout engine actors (``rollout.engine``), dispatched least-loaded first."""
+    env_workers: ActorGroupConfig = field(default_factory=lambda: ActorGroupConfig(num=0))
+    """Env-worker actors that run the executor (envs, env-step pool) against the engine actors; num 0: in the driver."""
     strategy: str = "deepspeed"
     """Policy training strategy: deepspeed | ddp (torch DDP; used when DeepSpeed is missing)."""
     zero_stage: int = 2

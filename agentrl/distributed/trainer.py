@@ -6,7 +6,11 @@ engine fleet, reward model, experience, reference / critic / old log-probs, adva
 the policy ranks, weight sync. Two stages have a distributed implementation: ``sync_weights``
 (policy rank 0 -> object store -> engines, or NCCL on GPU; timed as ``time/sync`` every step) and
 ``save`` (the driver's copy of the policy is refreshed from rank 0 first). The driver keeps the
-environments, the executor and a CPU copy of the policy for checkpoints.
+environments, the executor and a CPU copy of the policy for checkpoints; with ``cluster.env_workers.num``
+the executor runs in env-worker actors instead. With ``rollout.async`` the engines are versioned actors
+that load each new policy between two requests, the learner publishes weights without waiting, and the
+rollout worker thread makes batches ahead within ``rollout.max_staleness`` (see
+:mod:`agentrl.distributed.async_ray`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from typing import Any
 
 from agentrl import checkpoint as ckpt
 from agentrl.config import ConfigError, RunConfig
-from agentrl.distributed import workers
+from agentrl.distributed import async_ray, workers
 from agentrl.distributed.launch import ActorGroup, init_ray
 from agentrl.distributed.proxies import EngineFleet, PolicyGroup, RemoteObject
 from agentrl.distributed.weight_sync import WeightSync
+from agentrl.rollout.async_rollout import RolloutWorker
 from agentrl.training.trainer import Trainer
 
 
@@ -30,12 +35,17 @@ class RayTrainer(Trainer):
         if cfg.learner.lora.r > 0:
             raise ConfigError("learner.lora: LoRA runs in one process for now (cluster.mode: local); the Ray "
                               "policy workers train full weights")
+        if cfg.rollout.async_ and cfg.cluster.colocate:
+            raise ConfigError("rollout.async needs engines that generate while the policy trains: set "
+                              "cluster.colocate=false")
         init_ray(cfg.cluster)
         self.groups: list[ActorGroup] = []
         self._resuming = resume
         self._weight_sync: WeightSync | None = None
+        self.versions: async_ray.RemoteVersions | None = None  # rollout.async: the engines' policy versions
         try:
             super().__init__(cfg, run_dir=run_dir, resume=resume)
+            self.build_env_workers()
         except BaseException:
             self.shutdown()
             raise
@@ -69,8 +79,30 @@ class RayTrainer(Trainer):
                                         self._initial_path()))
 
     def build_engine(self) -> Any:
+        if self.cfg.rollout.async_:
+            return async_ray.VersionedFleet(self._group(async_ray.VersionedEngineWorker, "engines", self.cfg,
+                                                        self._initial_path()))
         group = self._group(workers.EngineWorker, "engines", self.cfg, self._initial_path())
         return EngineFleet(group, colocate=self.cfg.cluster.colocate)
+
+    def build_env_workers(self) -> None:
+        """With ``cluster.env_workers.num`` > 0 the executor (envs, env-step pool) runs in actors; with
+        rollout.async evaluation gets a fleet of its own (the rollout thread's stays the rollout's)."""
+        from agentrl.rollout.build import make_executor
+
+        if self.cfg.rollout.async_:
+            self.eval_executor = make_executor(self.cfg, self.eval_env, async_ray.VersionedFleet(self.engine.group),
+                                               self.tokenizer)
+        if self.cfg.cluster.env_workers.num > 0:
+            engines = async_ray.handles(self.engine.group)
+            self.executor = async_ray.EnvWorkerFleet(self._group(
+                async_ray.EnvWorker, "env_workers", self.env, self.cfg, self.model_path, engines,
+                self.cfg.rollout.async_))
+
+    def build_rollouts(self) -> Any:
+        if not self.cfg.rollout.async_:
+            return super().build_rollouts()
+        return RolloutWorker(self.produce, self.versions, self.cfg.rollout.max_staleness, start_version=self.version)
 
     def build_learner(self) -> Any:
         path = self._initial_path()
@@ -78,7 +110,10 @@ class RayTrainer(Trainer):
             path = str(ckpt.latest_checkpoint(self.run_dir) / "policy")
         policy = PolicyGroup(self._group(workers.PolicyWorker, "policy", self.cfg, path), self.cfg.learner)
         self.engine.policy = policy.group
-        self._weight_sync = WeightSync(policy.group, self.engine.group, self.cfg.cluster.weight_sync)
+        if self.cfg.rollout.async_:  # weights go through the object store, loaded between engine requests
+            self.versions = async_ray.RemoteVersions(policy.group, self.engine.group)  # engines at version 0
+        else:
+            self._weight_sync = WeightSync(policy.group, self.engine.group, self.cfg.cluster.weight_sync)
         return policy
 
     def build_reward_model(self) -> Any:
@@ -89,7 +124,11 @@ class RayTrainer(Trainer):
 
     # ------------------------------------------------------------------ distributed stages
     def sync_weights(self) -> None:
-        """Policy rank 0 -> engines (object store on CPU, NCCL broadcast on GPU)."""
+        """Policy rank 0 -> engines (object store on CPU, NCCL broadcast on GPU); with rollout.async
+        published as ``self.version`` without waiting (the engines load it between requests)."""
+        if self.versions is not None:
+            self.versions.publish(self.version)
+            return
         if self.cfg.cluster.colocate:
             self.engine.wake_up()
         self.last_sync_s = self._weight_sync.push()

@@ -57,9 +57,8 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
         self.cfg = cfg
-        if cfg.rollout.async_ and (cfg.rollout.engine == "vllm" or cfg.cluster.mode != "local"):
-            raise ValueError("rollout.async runs in one process on the hf engine in this version "
-                             f"(got rollout.engine={cfg.rollout.engine}, cluster.mode={cfg.cluster.mode})")
+        if cfg.rollout.async_ and cfg.rollout.engine == "vllm" and cfg.cluster.mode == "local":
+            raise ValueError("rollout.async with rollout.engine=vllm runs over Ray (cluster.mode=ray); here use hf")
         seed_everything(cfg.data.seed)
         self.run_dir = prepare_run_dir(run_dir_path(cfg, run_dir), resume=resume)  # runs never mix
         self.env = make_env(cfg)
@@ -75,7 +74,8 @@ class Trainer:
         self.critic = self.build_critic()
         self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
-        eval_engine = make_engine(cfg, self.model, self.tokenizer, self.model_path) if cfg.rollout.async_ else None
+        eval_engine = (make_engine(cfg, self.model, self.tokenizer, self.model_path)  # Ray: RayTrainer's eval fleet
+                       if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
         self.learner = self.build_learner()
