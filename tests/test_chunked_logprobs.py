@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from agentrl.models import load_causal_lm, load_tokenizer
+from agentrl.training import packing
 from agentrl.training.learner import FrozenModel, sequence_logprobs
 from agentrl.training.packing import prompt_lengths
 from agentrl.training.supervised import batch_logprobs, make_batch
@@ -38,10 +39,11 @@ def head_rows(model):
 
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_logprobs_entropy_and_gradients_match_full_logits(tiny, shared, temperature):
+def test_chunked_logprobs_entropy_and_gradients_match_full_logits(tiny, shared, temperature, monkeypatch):
     model, tok = tiny
     exp = make_experience(tok, seed=1)
     full = run(model, exp, 0, shared, temperature)
+    monkeypatch.setattr(packing, "SMALL_LOGITS_BYTES", 0)  # these logits are small: force the chunked path
     rows, handle = head_rows(model)
     chunked = run(model, exp, 7, shared, temperature)  # 7 divides no row length: chunks cross rows
     handle.remove()
@@ -50,6 +52,26 @@ def test_chunked_logprobs_entropy_and_gradients_match_full_logits(tiny, shared, 
     torch.testing.assert_close(chunked[1], full[1], atol=1e-5, rtol=0)
     for name, g in full[2].items():
         torch.testing.assert_close(chunked[2][name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_small_logits_run_the_head_once_without_checkpointing(tiny, monkeypatch):
+    """Under SMALL_LOGITS_BYTES (or within one chunk) one head call per states, no recompute; same
+    values and gradients as the chunked path."""
+    model, tok = tiny
+    exp = make_experience(tok, seed=4)
+    monkeypatch.setattr(packing, "SMALL_LOGITS_BYTES", 0)
+    chunked = run(model, exp, 7, False)
+    monkeypatch.undo()
+    calls = []
+    monkeypatch.setattr(packing, "checkpoint", lambda *a, **k: calls.append(1))
+    rows, handle = head_rows(model)
+    fast = run(model, exp, 7, False)
+    handle.remove()
+    assert not calls and rows == [exp.sequences.numel() - len(exp)]  # the head saw every row once
+    for a, b in zip(fast[:2], chunked[:2]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    for name, g in chunked[2].items():
+        torch.testing.assert_close(fast[2][name], g, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_full_logits_path_runs_the_head_on_the_whole_batch(tiny):

@@ -16,8 +16,10 @@ The model is any Hugging Face causal LM whose cache supports ``reorder_cache`` (
 Log-probs never need the full ``(B,T,V)`` logits: ``decode`` runs the decoder to its last hidden
 states and ``states_logprobs`` sends them through the LM head ``chunk_tokens`` positions at a time,
 each chunk checkpointed (its logits are recomputed in the backward pass instead of kept), so peak
-memory holds one chunk's logits instead of the batch's. Values and gradients are those of the full
-logits (tested to 1e-5). Models whose head is not a plain projection of the decoder's output (logit
+memory holds one chunk's logits instead of the batch's. When the call's logits are small anyway (one
+chunk, or under ``SMALL_LOGITS_BYTES``) the head runs once without checkpointing: at a small vocabulary
+the recompute and the per-chunk dispatch cost more than the memory they save. Values and gradients are
+those of the full logits either way (tested to 1e-5). Models whose head is not a plain projection of the decoder's output (logit
 soft-capping or scaling) fall back to the full logits.
 """
 
@@ -35,6 +37,10 @@ from agentrl.algorithms import entropy_from_logits
 
 CHUNK_TOKENS = 1024
 """Positions per LM-head chunk in ``states_logprobs`` (0 = the full logits at once)."""
+
+SMALL_LOGITS_BYTES = 32 * 2**20
+"""``states_logprobs`` skips chunking and checkpointing when a call's float32 logits (rows x vocab x 4
+bytes) fit in this many bytes (the demo's 3k rows x 320 tokens are 4 MB; one SmolLM2 chunk is 200 MB)."""
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0,
@@ -86,6 +92,8 @@ def states_logprobs(states: torch.Tensor, targets: torch.Tensor, head: Any | Non
     shape = targets.shape
     flat, tgt = states.reshape(-1, states.shape[-1]), targets.reshape(-1)
     step = max(1, chunk_tokens)
+    if flat.shape[0] <= step or flat.shape[0] * _vocab_size(head) * 4 <= SMALL_LOGITS_BYTES:
+        return token_logprobs(head(states), targets, **kw)  # small logits: one call, nothing recomputed
 
     def chunk(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lp, ent = token_logprobs(head(h), t, **kw)
@@ -103,6 +111,12 @@ def states_logprobs(states: torch.Tensor, targets: torch.Tensor, head: Any | Non
     logprobs = torch.cat(lps).reshape(shape) if lps else flat.new_zeros(shape)
     entropy = torch.cat(ents).reshape(shape) if (with_entropy or entropy_grad) and lps else None
     return logprobs, entropy
+
+
+def _vocab_size(head: Any) -> float:
+    """Output size of the LM head (infinite when it cannot be read: always chunk)."""
+    weight = getattr(head, "weight", None)
+    return weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else math.inf
 
 
 def prompt_lengths(action_mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
