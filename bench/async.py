@@ -1,13 +1,23 @@
 """Synchronous vs asynchronous training, side by side in one run: samples/s, env-step concurrency,
 staleness and mismatch, and what bounds each case.
 
-    python bench/async.py [--steps 6] [--reps 2] [--cases demo,code,tool] [--json out.json]
+    python bench/async.py [--steps 6] [--reps 2] [--cases demo,code,tool] [--ray] [--json out.json]
 
 Arms (each a real ``Trainer`` in this process, built once per case):
 - ``sync``: today's path: env steps one after another (``rollout.env_workers=1``), then the update;
 - ``pool``: env steps concurrent (``env_workers=8``), still synchronous;
 - ``async``: concurrent env steps and ``rollout.async=true, max_staleness=1`` (the rollout worker
   makes the next batch while the learner trains on this one).
+
+Over Ray (``--ray``: three more arms, each a ``RayTrainer`` on one local Ray cluster started by this
+process, 8 logical CPUs on the 2 cores; a DeepSpeed policy rank and an HF engine actor, each one torch
+thread):
+- ``ray-sync``: today's Ray path: the driver runs the executor, env steps one after another, the
+  engine actor idles while the policy actor trains, then the streamed weight sync;
+- ``ray-pool``: the same with concurrent env steps (``env_workers=8``);
+- ``ray-async``: ``rollout.async=true, max_staleness=1`` with versioned engine actors and one
+  env-worker actor running the executor (``cluster.env_workers.num=1``): generation on the engine
+  actor overlaps the update on the policy actor.
 
 Cases: ``demo`` the CPU demo (2-digit addition, 32 prompts x 8, no warm start: throughput only);
 ``code`` MBPP with the tiny model, every response run by the sandbox (``code_grpo_tiny.yaml``);
@@ -43,6 +53,14 @@ from environments.arithmetic import ArithmeticEnv  # noqa: E402
 
 ARMS = {"sync": ["rollout.env_workers=1"], "pool": ["rollout.env_workers=8"],
         "async": ["rollout.env_workers=8", "rollout.async=true", "rollout.max_staleness=1"]}
+# 8 logical CPUs place the three Ray trainers' actors at once (one trainer's run at a time); each actor
+# reserves half a CPU and runs one torch thread, as the one-process arms do
+RAY = ["cluster.mode=ray", "cluster.num_cpus=8", "cluster.policy.num=1", "cluster.policy.cpus=0.5",
+       "cluster.engines.cpus=0.5", "cluster.reference.cpus=0.5", "cluster.critic.cpus=0.5",
+       "cluster.env_workers.cpus=0.5"]
+RAY_ARMS = {"ray-sync": RAY + ["rollout.env_workers=1"], "ray-pool": RAY + ["rollout.env_workers=8"],
+            "ray-async": RAY + ["rollout.env_workers=8", "rollout.async=true", "rollout.max_staleness=1",
+                                "cluster.env_workers.num=1"]}
 COMMON = ["model.warm_start.enabled=false", "model.device=cpu", "log.progress=false", "log.tensorboard=false",
           "algo.drop_zero_std_groups=false", "data.eval_tasks=2", "checkpoint.save_final=false"]
 CASES = {
@@ -79,8 +97,18 @@ def build(case: str, arm: str, run_dir: Path) -> Any:
 
     register("bench/DelayedTool-v0", DelayedTool, digits=2, template="{expr}=", bare_answer=True)
     path, extra = CASES[case]
-    cfg = load_config(ROOT / path, COMMON + extra + ARMS[arm])
+    cfg = load_config(ROOT / path, COMMON + extra + {**ARMS, **RAY_ARMS}[arm])
+    if arm in RAY_ARMS:
+        from agentrl.distributed.trainer import RayTrainer
+
+        return RayTrainer(cfg, run_dir=run_dir)
     return Trainer(cfg, run_dir=run_dir)
+
+
+def env_concurrency(trainer: Any) -> float:
+    """The most env steps in flight at once (the env-worker actors' sum over Ray)."""
+    ex = trainer.executor
+    return float(ex.max_running() if hasattr(ex, "max_running") else ex.pool.max_running)
 
 
 def block(trainer: Any, steps: int) -> dict[str, float]:
@@ -98,24 +126,25 @@ def block(trainer: Any, steps: int) -> dict[str, float]:
     keys = ("time/generate", "time/update", "time/step", "staleness/mean", "staleness/max",
             "mismatch/logprob_abs_diff_mean", "mismatch/logprob_abs_diff_max", "failed/count")
     out = {k: statistics.mean(r[k] for r in rows if k in r) for k in keys if any(k in r for r in rows)}
-    out.update(samples_per_s=samples / wall, wall_s=wall, env_concurrency=float(trainer.executor.pool.max_running))
+    conc = max([r.get("env/max_running", 0.0) for r in rows] + [env_concurrency(trainer)])
+    out.update(samples_per_s=samples / wall, wall_s=wall, env_concurrency=conc)  # the process worker's own pool
     return out
 
 
 def bound(r: dict[str, float], arm: str) -> str:
     gen, upd = r.get("time/generate", 0.0), r.get("time/update", 0.0)
-    if arm != "async":
+    if "async" not in arm:
         return f"rollout {gen:.2f} s + learner {upd:.2f} s per step, one after the other"
     side = "rollout" if gen > upd else "learner"
     return f"{side} (rollout {gen:.2f} s vs learner {upd:.2f} s per step, overlapped)"
 
 
-def run_case(case: str, steps: int, reps: int) -> dict[str, Any]:
+def run_case(case: str, steps: int, reps: int, arms: list[str]) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix=f"bench_async_{case}_"))
-    trainers = {arm: build(case, arm, tmp / arm) for arm in ARMS}
+    trainers = {arm: build(case, arm, tmp / arm) for arm in arms}
     for t in trainers.values():  # warm-up: one step each (allocations, first sandbox start)
         block(t, 1)
-    results: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+    results: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
     for _ in range(reps):
         for arm, t in trainers.items():
             results[arm].append(block(t, steps))
@@ -127,6 +156,11 @@ def run_case(case: str, steps: int, reps: int) -> dict[str, Any]:
     base = table["sync"]["samples_per_s"]
     for arm in table:
         table[arm]["speedup"] = table[arm]["samples_per_s"] / base
+    if "ray-sync" in table:
+        for arm in RAY_ARMS:
+            table[arm]["x_ray_sync"] = table[arm]["samples_per_s"] / table["ray-sync"]["samples_per_s"]
+    for t in trainers.values():  # the Ray trainers' actors go; Ray itself stays for the next case
+        getattr(t, "shutdown", lambda: None)()
     return table
 
 
@@ -135,18 +169,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="steps per timed block")
     ap.add_argument("--reps", type=int, default=2, help="blocks per arm (interleaved)")
     ap.add_argument("--cases", default="demo,code,tool")
+    ap.add_argument("--ray", action="store_true", help="add the arms over Ray (ray-sync, ray-pool, ray-async)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    arms = list(ARMS) + (list(RAY_ARMS) if args.ray else [])
     out = {}
     for case in args.cases.split(","):
-        out[case] = run_case(case, args.steps, args.reps)
+        out[case] = run_case(case, args.steps, args.reps, arms)
         print(f"\n## {case}  (steps/block {args.steps}, blocks {args.reps}; median)")
-        print(f"{'arm':6} {'samples/s':>10} {'x sync':>7} {'env conc':>8} {'stale mean/max':>15} "
+        print(f"{'arm':9} {'samples/s':>10} {'x sync':>7} {'env conc':>8} {'stale mean/max':>15} "
               f"{'|dlogp| mean/max':>17}  bound")
         for arm, r in out[case].items():
             stale = f"{r.get('staleness/mean', 0):.2f}/{r.get('staleness/max', 0):.0f}"
             mis = f"{r.get('mismatch/logprob_abs_diff_mean', 0):.1e}/{r.get('mismatch/logprob_abs_diff_max', 0):.1e}"
-            print(f"{arm:6} {r['samples_per_s']:10.1f} {r['speedup']:7.2f} {r['env_concurrency']:8.0f} "
+            print(f"{arm:9} {r['samples_per_s']:10.1f} {r['speedup']:7.2f} {r['env_concurrency']:8.0f} "
                   f"{stale:>15} {mis:>17}  {r['bound']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -20,6 +20,7 @@ from agentrl.config import load_config  # noqa: E402
 from agentrl.rollout.async_rollout import RolloutBatch, RolloutWorker, VersionedEngine  # noqa: E402
 from agentrl.rollout.engines.base import SamplingParams  # noqa: E402
 from agentrl.rollout.env_pool import EnvPool  # noqa: E402
+from agentrl.rollout.worker_process import ProcessRolloutWorker  # noqa: E402
 from agentrl.training.experience import Experience  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,20 +40,28 @@ def _engine(model, tok) -> VersionedEngine:
     return VersionedEngine(HFEngine(copy.deepcopy(model), tok))
 
 
-@pytest.mark.parametrize("k", [0, 1, 2])
-def test_no_batch_is_more_than_max_staleness_versions_old(tiny, k):
+@pytest.mark.parametrize("kind,k", [("thread", 0), ("thread", 1), ("thread", 2), ("process", 0), ("process", 2)])
+def test_no_batch_is_more_than_max_staleness_versions_old(tiny, kind, k):
+    """The thread and the process worker keep the same schedule (the process one gets its weights
+    through shared memory, and its engine reports the version it generated with)."""
     model, tok, _ = tiny
     engine = _engine(model, tok)
     prompt = tok("12+34=")["input_ids"]
 
     def produce() -> RolloutBatch:
         engine.generate([prompt], SamplingParams(max_new_tokens=2))
-        return RolloutBatch([], ["one sample"], {"version": engine.version})
+        weight = next(engine.engine.model.parameters()).flatten()[0].item()
+        return RolloutBatch([], ["one sample"], {"version": engine.version, "weight": weight})
 
-    worker = RolloutWorker(produce, engine, max_staleness=k)
+    if kind == "thread":
+        worker = RolloutWorker(produce, engine, max_staleness=k)
+    else:
+        worker = ProcessRolloutWorker(produce, engine, k, weights=model.named_parameters)
+    published = {0: next(model.parameters()).flatten()[0].item()}
     seen = []
     for v in range(6):  # the learner at version v trains on the next batch, then publishes v + 1
-        seen.append(worker.next(v).metrics["version"])
+        made = worker.next(v)
+        seen.append(made.metrics["version"])
         assert v - k <= seen[-1] <= v
         if v == 0:  # before any new weights: the worker makes exactly k batches ahead, then waits
             deadline = time.monotonic() + 60
@@ -60,7 +69,12 @@ def test_no_batch_is_more_than_max_staleness_versions_old(tiny, k):
                 time.sleep(0.01)
             time.sleep(0.2)
             assert worker.buffered_samples() == k
-        engine.stage_weights(model.named_parameters(), v + 1)
+        assert made.metrics["weight"] == published[seen[-1]]  # the weights of the version it reports
+        newer = copy.deepcopy(model)
+        with torch.no_grad():
+            next(newer.parameters()).add_(0.01 * (v + 1))
+        published[v + 1] = next(newer.parameters()).flatten()[0].item()
+        engine.stage_weights(newer.named_parameters(), v + 1)
     worker.close()
     if k == 0:
         assert seen == list(range(6))  # max_staleness 0 is the synchronous schedule

@@ -122,6 +122,8 @@ class RolloutConfig:
     """``rollout.async``: generate the next steps' rollouts while the learner trains."""
     max_staleness: int = 1
     """With rollout.async: no trained sample is more than this many policy versions old (0 = synchronous)."""
+    async_worker: str = "process"
+    """With rollout.async: where rollouts run beside the learner: process (forked, its own core) | thread."""
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,24 @@ class VersionedEngine:
         self._lock = threading.Lock()
         self.published = threading.Condition(self._lock)
         self.latest = version  # newest version staged or loaded
+        self.shared: Any = None  # ``SharedWeights`` once a rollout worker process uses this engine
 
     def stage_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Snapshot the policy's weights as ``version``; the engine loads them before its next request."""
+        """Snapshot the policy's weights as ``version``; the engine loads them before its next request
+        (in the rollout worker process, through shared memory, when there is one)."""
+        if self.shared is not None:
+            self.shared.write(named_tensors, version)
+            self.latest = version
+            return
         snapshot = [(n, t.detach().clone()) for n, t in named_tensors]
         with self.published:
             self._staged, self.latest = (snapshot, version), version
             self.published.notify_all()
+
+    def share(self, shared: Any) -> None:
+        """From now on weights travel through ``shared`` (a ``SharedWeights`` holding the newest ones)."""
+        with self.published:
+            self._staged, self.shared = None, shared
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
         """Load weights now (start and resume)."""
@@ -67,11 +78,18 @@ class VersionedEngine:
 
     def wait_for(self, version: int, stop: threading.Event) -> None:
         """Block until weights of ``version`` or newer are staged or loaded (or ``stop`` is set)."""
+        if self.shared is not None:
+            self.shared.wait_for(version, stop)
+            return
         with self.published:
             while self.latest < version and not stop.is_set():
                 self.published.wait(timeout=0.1)
 
     def generate(self, prompt_token_ids: list[list[int]], params: Any) -> list[Any]:
+        if self.shared is not None:  # the newest weights the learner wrote to shared memory
+            loaded = self.shared.load_newer(self.engine, self.version)
+            if loaded is not None:
+                self.version = loaded
         with self.published:
             staged, self._staged = self._staged, None
             if staged is not None:

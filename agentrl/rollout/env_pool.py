@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import os
 import threading
 import time
 from collections import deque
@@ -80,10 +81,20 @@ class EnvPool:
         self.replaced = 0  # workers written off after a timeout
         self.max_running = 0  # the most calls in flight at once (env-step concurrency)
         self._running = 0
+        self._pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child (the rollout worker process) the parent's threads and loop do not exist:
+        start afresh with new ones (and a lock no parent thread can be holding)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._cv, self._queue, self._retired, self._threads = threading.Condition(), deque(), set(), []
+            self._loop, self._running = None, 0
 
     # ------------------------------------------------------------------ submitting and waiting
     def submit(self, fn: Callable[..., Any], *args: Any) -> Pending:
         """Start ``fn(*args)`` (a coroutine function goes to the event loop)."""
+        self._after_fork()
         p = Pending(fn, args)
         if inspect.iscoroutinefunction(fn):
             self._submit_async(p)

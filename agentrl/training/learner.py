@@ -20,6 +20,7 @@ from agentrl.algorithms import (
     correction_weights,
     kl_penalty,
     masked_mean,
+    mismatch_metrics,
     policy_loss,
     sapo_loss,
 )
@@ -125,8 +126,7 @@ def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, al
         w = correction_weights(old, micro.engine_logprobs, mask, tis_cap=algo.tis_cap,
                                mis_low=algo.mis_low, mis_high=algo.mis_high)
         weights = w if algo.tis_cap > 0 or algo.mis_high > 0 else None
-        stats["mismatch/logprob_abs_diff_mean"] = masked_mean((old - micro.engine_logprobs).abs(), mask).item()
-        stats["mismatch/is_weight_mean"] = masked_mean(w, mask).item()
+        stats.update(mismatch_metrics(old, micro.engine_logprobs, mask, w))  # *_max: max over micro-batches
     if algo.policy_loss == "cispo":
         loss, m = cispo_loss(lp, old, micro.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
                              agg=algo.loss_agg, weights=weights, **norm)
@@ -210,7 +210,7 @@ class PolicyLearner:
             share = micro.action_mask.sum().item() / max(num_tokens, 1)
             acc["policy_loss"] += stats.pop("policy_loss")
             for k, v in stats.items():
-                acc[k] = acc.get(k, 0.0) + v * share
+                acc[k] = max(acc.get(k, v), v) if k.endswith("_max") else acc.get(k, 0.0) + v * share
             loss.backward()
         grad_norm = self._clip_and_step()
         acc.update(grad_norm=grad_norm, lr=self.scheduler.get_last_lr()[0])

@@ -34,9 +34,10 @@ from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
 from agentrl.evaluation.metrics import eval_params, evaluate
 from agentrl.models import load_policy
-from agentrl.rollout.async_rollout import InlineRollouts, RolloutBatch, RolloutWorker, VersionedEngine
+from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
+from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics, write_samples
 from agentrl.training.experience import Experience
@@ -169,9 +170,9 @@ class Trainer:
         return Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
 
     def reference_and_values(self, exp: Experience) -> None:
-        """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps or
-        its samples are off-policy: rollout.async)."""
-        if self.learner.needs_old_logprobs(len(exp)) or self.cfg.rollout.async_:
+        """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps; with
+        one, off-policy too, the learner's detached log-probs are the old ones: docs/async.md)."""
+        if self.learner.needs_old_logprobs(len(exp)):
             exp.old_logprobs = self.learner.logprobs(exp)
         if self.reference is not None:
             exp.ref_logprobs = self.reference.logprobs(exp)
@@ -382,10 +383,9 @@ class Trainer:
         return VersionedEngine(make_engine(self.cfg, copy.deepcopy(self.model), self.tokenizer, self.model_path))
 
     def build_rollouts(self) -> Any:
-        """``produce()`` inline, or on a rollout worker at most rollout.max_staleness versions ahead."""
-        if not self.cfg.rollout.async_:
-            return InlineRollouts(self.produce)
-        return RolloutWorker(self.produce, self.engine, self.cfg.rollout.max_staleness, start_version=self.version)
+        """``produce()`` inline, or on a rollout worker (process) at most rollout.max_staleness versions ahead."""
+        return make_rollouts(self.cfg.rollout, self.produce, self.engine, self.version,
+                             lambda: policy_weights(self.model), getattr(self.executor, "pool", None))
 
     def build_learner(self) -> Any:
         return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,
