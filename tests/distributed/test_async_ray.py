@@ -1,6 +1,6 @@
 """Asynchronous training over Ray (``rollout.async`` with ``cluster.mode: ray``) on a real local
-2-CPU cluster with the tiny model: versioned HF engine actors, an env-worker actor, DeepSpeed policy
-ranks over gloo.
+2-CPU cluster with the tiny model: versioned HF engine actors, an env-worker actor, a policy rank (torch
+DDP over gloo).
 
 - a partial multi-turn rollout continues under weights loaded between two engine requests, and each
   turn keeps the version of the engine that generated it;
@@ -106,16 +106,18 @@ def test_a_partial_rollout_over_ray_continues_under_new_weights(ray_cluster, ray
         group.shutdown()
 
 
-@pytest.mark.slow  # two RayTrainers (DeepSpeed ranks, engine, env worker) on 2 CPUs
+@pytest.mark.slow  # two RayTrainers (policy rank, engine, env worker): ~90 s at load 8
 def test_async_run_over_ray_bounds_staleness_and_resumes(ray_cluster, ray_cfg, by_value, tmp_path):
     from agentrl.checkpoint import latest_checkpoint, load_trainer_state
     from agentrl.distributed.trainer import RayTrainer
     from agentrl.tracking import read_metrics
 
     args = [f"env.id={ENV_ID}", "env.kwargs={digits: 1, operators: '+', terms: 2, template: '{expr}=', "
-            "bare_answer: true, delay_s: 0.2, fail_digit: '3'}", "cluster.policy.num=1", "cluster.env_workers.num=1",
-            "cluster.env_workers.cpus=0.25", "rollout.async=true", "rollout.max_staleness=1", "algo.kl_mode=none",
-            "algo.drop_zero_std_groups=false", "algo.entropy_coef=0.05", "checkpoint.every=2", "checkpoint.keep=3",
+            "bare_answer: true, delay_s: 0.2, fail_digit: '3'}",
+            "cluster.policy.num=1", "cluster.strategy=ddp",  # DeepSpeed starts ~30 s slower; test_ray_e2e has it
+            "cluster.env_workers.num=1", "cluster.env_workers.cpus=0.25", "rollout.async=true",
+            "rollout.max_staleness=1", "algo.kl_mode=none", "algo.drop_zero_std_groups=false",
+            "algo.entropy_coef=0.05", "checkpoint.every=2", "checkpoint.keep=3",
             f"data.prompts_per_step={P}", f"rollout.n_samples={N}"]
     run = tmp_path / "run"
     trainer = RayTrainer(ray_cfg(*args, "learner.total_steps=3"), run_dir=run)

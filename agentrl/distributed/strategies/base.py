@@ -100,12 +100,19 @@ class Strategy:
 
     def all_reduce_sum(self, values: dict[str, float]) -> dict[str, float]:
         """Sum scalar metrics over ranks."""
+        return self._all_reduce(values, dist.ReduceOp.SUM)
+
+    def all_reduce_max(self, values: dict[str, float]) -> dict[str, float]:
+        """The max of scalar metrics over ranks."""
+        return self._all_reduce(values, dist.ReduceOp.MAX)
+
+    def _all_reduce(self, values: dict[str, float], op: Any) -> dict[str, float]:
         if self.world_size == 1 or not values:
             return dict(values)
         keys = sorted(values)
         t = torch.tensor([values[k] for k in keys], dtype=torch.float64,
                          device=self.device if dist.get_backend() == "nccl" else "cpu")
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=op)
         return dict(zip(keys, t.tolist()))
 
     def offload(self) -> None:

@@ -59,10 +59,14 @@ class ShardedPolicyLearner(PolicyLearner):
             loss, stats = micro_policy_loss(lp, ent, micro, algo, kl_coef, norm)
             share = weight * micro.action_mask.sum().item() / max(num_tokens, 1)
             acc["policy_loss"] += weight * stats.pop("policy_loss")
-            for k, v in stats.items():
-                acc[k] = acc.get(k, 0.0) + v * share
+            for k, v in stats.items():  # *_max (mismatch/logprob_abs_diff_max): the max over real micro-batches
+                if k.endswith("_max"):
+                    acc[k] = max(acc.get(k, 0.0), v if weight else 0.0)
+                else:
+                    acc[k] = acc.get(k, 0.0) + v * share
             s.backward(loss * (weight * s.world_size))
-        acc = s.all_reduce_sum(acc)
+        maxes = s.all_reduce_max({k: acc.pop(k) for k in list(acc) if k.endswith("_max")})
+        acc = {**s.all_reduce_sum(acc), **maxes}
         acc["grad_norm"] = s.step()
         acc["lr"] = self.scheduler.get_last_lr()[0]
         return acc
