@@ -8,7 +8,9 @@ process (one at a time), so its peak resident memory (``ru_maxrss``) is its own;
 and the peak minus the resident memory just before the update (model, tokenizer and batch loaded),
 which is what the update itself added: activations, logits, gradients and the optimizer states.
 Arms: ``full-logits`` (``chunk_tokens=0``: the (B,T,V) logits), ``chunked`` (the default chunks of
-``CHUNK_TOKENS``), ``lora`` (chunked, rank-8 adapters on every linear layer).
+``CHUNK_TOKENS``), ``checkpointed`` (chunked + ``learner.gradient_checkpointing``: decoder layers
+recomputed in the backward), ``lora`` (chunked, rank-8 adapters on every linear layer),
+``lora-checkpointed`` (both).
 
 Measured here (2 cores shared with other jobs, load ~8; 16 x 256 tokens): peak RSS 9343 MB with the
 full logits, 8039 MB chunked (0.86x: the decoder's saved activations for 4,096 tokens, ~7 GB, dominate;
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import time
 
-ARMS = ("full-logits", "chunked", "lora")
+ARMS = ("full-logits", "chunked", "checkpointed", "lora", "lora-checkpointed")
 
 
 def one_arm(arm: str, seqs: int, tokens: int) -> dict[str, float]:
@@ -43,7 +45,7 @@ def one_arm(arm: str, seqs: int, tokens: int) -> dict[str, float]:
 
     torch.manual_seed(0)
     model = load_causal_lm(resolve_model_source("smollm2-135m-instruct"), device="cpu")
-    if arm == "lora":
+    if arm.startswith("lora"):
         model = apply_lora(model, LoraConfig(r=8))
     if arm == "full-logits":  # every call of sequence_logprobs in the update uses the full logits
         original = learner_mod.sequence_logprobs
@@ -57,8 +59,9 @@ def one_arm(arm: str, seqs: int, tokens: int) -> dict[str, float]:
              for i in range(seqs)]
     exp = Experience.from_trajectories(trajs, 0)
     exp.advantages = torch.randn(exp.action_mask.shape, generator=g) * exp.action_mask
-    learner = learner_mod.PolicyLearner(model, LearnerConfig(lr=1e-5, micro_batch_size=seqs, shared_prefix=False),
-                                        AlgoConfig())
+    cfg = LearnerConfig(lr=1e-5, micro_batch_size=seqs, shared_prefix=False,
+                        gradient_checkpointing=arm.endswith("checkpointed"))
+    learner = learner_mod.PolicyLearner(model, cfg, AlgoConfig())
     rss_before = _rss_mb()
     start = time.perf_counter()
     learner.train_step(exp)
@@ -102,13 +105,19 @@ def main() -> None:
     for arm, r in rows.items():
         print(f"| {arm} | {r['peak_mb']:.0f} | {r['update_mb']:.0f} | {r['s_per_update']:.1f} | "
               f"{r['trainable']:.0f} | {r['optimizer_mb']:.1f} |")
-    if "full-logits" in rows and "chunked" in rows:
-        f, c = rows["full-logits"], rows["chunked"]
-        print(f"\nchunked / full logits: peak {c['peak_mb'] / f['peak_mb']:.2f}x, "
-              f"added by the update {c['update_mb'] / f['update_mb']:.2f}x")
-    if "lora" in rows and "chunked" in rows:
-        print(f"LoRA / full fine-tuning: {rows['lora']['s_per_update'] / rows['chunked']['s_per_update']:.2f}x "
-              f"the time per update")
+    _ratios(rows)
+
+
+def _ratios(rows: dict[str, dict[str, float]]) -> None:
+    """Print each arm's peak and time relative to the full logits, and LoRA's time relative to full fine-tuning."""
+    f = rows.get("full-logits")
+    for arm, r in rows.items():
+        if f is not None and arm != "full-logits":
+            print(f"{arm} / full logits: peak {r['peak_mb'] / f['peak_mb']:.2f}x, added by the update "
+                  f"{r['update_mb'] / f['update_mb']:.2f}x, time {r['s_per_update'] / f['s_per_update']:.2f}x")
+    for lora, full in (("lora", "chunked"), ("lora-checkpointed", "checkpointed")):
+        if lora in rows and full in rows:
+            print(f"{lora} / {full}: {rows[lora]['s_per_update'] / rows[full]['s_per_update']:.2f}x the time per update")
 
 
 if __name__ == "__main__":

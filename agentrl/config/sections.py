@@ -222,6 +222,9 @@ class LearnerConfig:
     """Stop RL after this many seconds (0 = no limit); checked between steps."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters (peft) instead of full fine-tuning; the reference is the base with adapters off."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
+    ~1/3 more compute; the shared-prompt KV path and LoRA included: ``agentrl.training.activation_checkpointing``)."""
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,10 @@ class PolicyLearner:
         self.model, self.cfg, self.algo = model, learner, algo
         self.temperature = temperature if temperature > 0 else 1.0
         self.max_len = max_new_tokens
+        if learner.gradient_checkpointing:
+            from agentrl.training.activation_checkpointing import enable_activation_checkpointing
+
+            enable_activation_checkpointing(model)
         self.optimizer, self.scheduler = make_optimizer(
             [p for p in model.parameters() if p.requires_grad], learner.lr, learner.weight_decay,
             learner.warmup_steps)
