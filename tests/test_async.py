@@ -132,3 +132,32 @@ def test_failed_samples_are_not_in_the_loss(tmp_path):
     assert len(exp) == metrics["samples_used"] == 14
     sizes = Counter(exp.group_ids.tolist())
     assert sum(sizes.values()) == 14 and all(1 <= n <= 4 for n in sizes.values())
+
+
+def test_one_optimizer_step_needs_no_old_logprob_forward(tiny):
+    """With one optimizer step per batch the old log-probs are the learner's own, detached: the update
+    (and the off-policy correction against stale engine log-probs) is the same as with a separate
+    old-log-prob forward, so rollout.async skips that forward."""
+    from agentrl.config import AlgoConfig, LearnerConfig
+    from agentrl.rollout.executors import SingleTurnExecutor
+    from agentrl.training.learner import PolicyLearner
+
+    model, tok, env = tiny
+    ex = SingleTurnExecutor(env, _engine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4)
+    torch.manual_seed(0)
+    exp = Experience.from_trajectories(ex.run([env.sample_task(env.np_random) for _ in range(2)]), tok.pad_token_id)
+    exp.advantages = torch.randn(exp.action_mask.shape) * exp.action_mask
+    exp.engine_logprobs = exp.engine_logprobs - 0.3 * torch.rand(exp.engine_logprobs.shape)  # a stale engine
+    algo = AlgoConfig(tis_cap=2.0)
+    params = []
+    for with_old in (False, True):
+        m = copy.deepcopy(model)
+        learner = PolicyLearner(m, LearnerConfig(lr=1e-2, micro_batch_size=3), algo)
+        assert not learner.needs_old_logprobs(len(exp))
+        e = copy.copy(exp)
+        e.old_logprobs = learner.logprobs(e) if with_old else None
+        stats = learner.train_step(e)
+        assert 0.0 < stats["mismatch/logprob_abs_diff_max"] and 0.0 < stats["mismatch/is_weight_mean"]
+        params.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    torch.testing.assert_close(params[0], params[1], atol=1e-6, rtol=0)
+    assert (params[0] - torch.cat([p.detach().flatten() for p in model.parameters()])).abs().max() > 1e-4  # it moved
