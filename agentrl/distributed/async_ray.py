@@ -139,10 +139,6 @@ class RemoteVersions:
                     self._pending.pop(0)
                     self.loaded = max(self.loaded, v)
 
-    def drain(self) -> None:
-        """Wait for every published load (before a checkpoint or the end of the run)."""
-        self.wait_for(self.latest, threading.Event())
-
 
 class EnvWorker:
     """One env-worker actor: the driver's env (a copy) and its executor, on the engine actors

@@ -35,9 +35,9 @@ class RayTrainer(Trainer):
         if cfg.learner.lora.r > 0:
             raise ConfigError("learner.lora: LoRA runs in one process for now (cluster.mode: local); the Ray "
                               "policy workers train full weights")
-        if cfg.rollout.async_ and cfg.cluster.colocate:
-            raise ConfigError("rollout.async needs engines that generate while the policy trains: set "
-                              "cluster.colocate=false")
+        if cfg.cluster.colocate and (cfg.rollout.async_ or cfg.cluster.env_workers.num):
+            raise ConfigError("rollout.async and cluster.env_workers need engines that stay awake while the policy "
+                              "trains: set cluster.colocate=false")
         init_ray(cfg.cluster)
         self.groups: list[ActorGroup] = []
         self._resuming = resume

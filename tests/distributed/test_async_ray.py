@@ -66,6 +66,15 @@ def by_value():
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
+@pytest.mark.parametrize("extra", ["rollout.async=true", "cluster.env_workers.num=1"])
+def test_colocated_engines_are_refused_with_async_or_env_workers(ray_cfg, extra):
+    from agentrl.config import ConfigError
+    from agentrl.distributed.trainer import RayTrainer
+
+    with pytest.raises(ConfigError, match="cluster.colocate=false"):  # before any actor starts
+        RayTrainer(ray_cfg("cluster.colocate=true", extra))
+
+
 @pytest.mark.slow  # an engine actor start (~50 s on a loaded 2-core machine)
 def test_a_partial_rollout_over_ray_continues_under_new_weights(ray_cluster, ray_cfg, by_value):
     """The engine actor loads version 1 while every episode waits for its env: turn 1 keeps version 0,
