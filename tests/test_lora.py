@@ -138,10 +138,10 @@ def test_stages_train_adapters_and_write_a_merged_final_model(stage, tmp_path):
         assert before["eval/margin"] == pytest.approx(0.0, abs=1e-5) and after["eval/margin"] > 0.02
 
 
-def test_lora_on_ray_is_a_one_line_config_error(capsys, tmp_path):
+def test_lora_with_zero3_on_ray_is_a_one_line_config_error(capsys, tmp_path):
     from agentrl.cli import main
 
-    # its own run dir: the repo's runs/cpu_demo may hold a `make demo` run, which would be refused first
+    # LoRA over Ray trains (tests/distributed/test_ray_lora.py); ZeRO-3 would partition the base it merges
     assert main(["train", str(CONFIGS / "cpu_demo.yaml"), "--run-dir", str(tmp_path / "run"), "cluster.mode=ray",
-                 "learner.lora.r=8"]) == 2
-    assert "learner.lora: LoRA runs in one process" in capsys.readouterr().err
+                 "cluster.zero_stage=3", "learner.lora.r=8"]) == 2
+    assert "learner.lora with cluster.zero_stage=3" in capsys.readouterr().err

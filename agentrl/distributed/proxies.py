@@ -76,6 +76,12 @@ class PolicyGroup:
 
         return torch.cat(self.group.call("logprobs", ray.put(exp)), dim=0)
 
+    def ref_logprobs(self, exp: Experience) -> torch.Tensor:
+        """LoRA: the reference's log-probs (B,A), scored by the ranks with their adapters off."""
+        import ray
+
+        return torch.cat(self.group.call("ref_logprobs", ray.put(exp)), dim=0)
+
     def train_step(self, exp: Experience, kl_coef: float = 0.0) -> dict[str, float]:
         """One update on every rank; metrics are already reduced over ranks (rank 0's are returned)."""
         import ray

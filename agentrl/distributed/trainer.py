@@ -25,16 +25,27 @@ from agentrl.distributed.launch import ActorGroup, init_ray
 from agentrl.distributed.proxies import EngineFleet, PolicyGroup, RemoteObject
 from agentrl.distributed.weight_sync import WeightSync
 from agentrl.rollout.async_rollout import RolloutWorker
+from agentrl.training.lora import is_lora, policy_weights
 from agentrl.training.trainer import Trainer
+
+
+class _AdaptersOff:
+    """The LoRA reference over Ray: ``logprobs(exp)`` of the policy ranks with their adapters disabled."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer  # its learner (the policy group) is built after the reference
+
+    def logprobs(self, exp: Any) -> Any:
+        return self.trainer.learner.ref_logprobs(exp)
 
 
 class RayTrainer(Trainer):
     """``Trainer`` whose models live in Ray actors (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
-        if cfg.learner.lora.r > 0:
-            raise ConfigError("learner.lora: LoRA runs in one process for now (cluster.mode: local); the Ray "
-                              "policy workers train full weights")
+        if cfg.learner.lora.r > 0 and cfg.cluster.strategy == "deepspeed" and cfg.cluster.zero_stage == 3:
+            raise ConfigError("learner.lora with cluster.zero_stage=3: the adapters' merge needs whole base "
+                              "weights; use zero_stage 0-2 (the frozen base is not partitioned anyway)")
         if cfg.cluster.colocate and (cfg.rollout.async_ or cfg.cluster.env_workers.num):
             raise ConfigError("rollout.async and cluster.env_workers need engines that stay awake while the policy "
                               "trains: set cluster.colocate=false")
@@ -61,14 +72,17 @@ class RayTrainer(Trainer):
         if self.warm is None:
             return self.model_path
         path = self.run_dir / "initial_policy"
-        if not (path / "config.json").exists():
-            self.model.save_pretrained(path)
+        if not (path / "config.json").exists():  # LoRA: the base (the driver's adapters are still fresh)
+            base = self.model.get_base_model() if is_lora(self.model) else self.model
+            base.save_pretrained(path, state_dict=dict(policy_weights(self.model)))
             self.tokenizer.save_pretrained(path)
         return str(path)
 
     def build_reference(self) -> Any:
         if self.cfg.algo.kl_mode == "none":
             return None
+        if is_lora(self.model):  # the policy ranks' base weights with the adapters off: no second copy
+            return _AdaptersOff(self)
         return RemoteObject(self._group(workers.ObjectWorker, "reference", workers.make_reference, self.cfg,
                                         self._initial_path()))
 
@@ -105,10 +119,13 @@ class RayTrainer(Trainer):
         return RolloutWorker(self.produce, self.versions, self.cfg.rollout.max_staleness, start_version=self.version)
 
     def build_learner(self) -> Any:
-        path = self._initial_path()
+        path = adapter = self._initial_path()
         if self._resuming and ckpt.latest_checkpoint(self.run_dir) is not None:
-            path = str(ckpt.latest_checkpoint(self.run_dir) / "policy")
+            adapter = str(ckpt.latest_checkpoint(self.run_dir) / "policy")
+            path = path if is_lora(self.model) else adapter  # LoRA: the base, then the checkpoint's adapter
         policy = PolicyGroup(self._group(workers.PolicyWorker, "policy", self.cfg, path), self.cfg.learner)
+        if is_lora(self.model) and adapter != path:
+            policy.group.call("load_adapter", adapter)
         self.engine.policy = policy.group
         if self.cfg.rollout.async_:  # weights go through the object store, loaded between engine requests
             self.versions = async_ray.RemoteVersions(policy.group, self.engine.group)  # engines at version 0
@@ -140,7 +157,7 @@ class RayTrainer(Trainer):
         import ray
         import torch
 
-        named = [w for w in ray.get(self.learner.group.call_async("named_weights")) if w is not None][0]
+        named = [w for w in ray.get(self.learner.group.call_async("named_weights", False)) if w is not None][0]
         with torch.no_grad():
             params = dict(self.model.named_parameters())
             for name, t in named:

@@ -134,7 +134,7 @@ def nccl_group(host: str, port: int, rank: int, world_size: int) -> Any:
 def broadcast_parameters(strategy: Strategy, comm: Any) -> None:
     """Iterate the parameters on every rank (ZeRO-3 gather); the rank holding ``comm`` broadcasts."""
     stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
-    for _, t in strategy.named_parameters():
+    for _, t in strategy.engine_weights():  # LoRA: merged
         if comm is not None:
             comm.broadcast(t.contiguous(), src=0, stream=stream)
     if comm is not None:

@@ -58,6 +58,9 @@ class PolicyWorker:
                                  dtype=cfg.model.dtype)
         model = load_causal_lm(self.model_path, dtype=cfg.model.dtype, device="cpu",
                                trust_remote_code=cfg.model.trust_remote_code)
+        from agentrl.training.lora import apply_lora
+
+        self.peft = model = apply_lora(model, cfg.learner.lora)  # learner.lora.r > 0: only adapters train
         self.strategy = strategy
         self.learner = ShardedPolicyLearner(model, cfg.learner, cfg.algo, strategy,
                                             temperature=cfg.rollout.temperature,
@@ -66,12 +69,27 @@ class PolicyWorker:
     def logprobs(self, exp: Experience) -> torch.Tensor:
         return self.learner.logprobs(exp)
 
+    def ref_logprobs(self, exp: Experience) -> torch.Tensor:
+        """LoRA: the reference policy's log-probs of this rank's shard: the base weights (adapters off)."""
+        from agentrl.training.lora import adapters_disabled
+
+        with adapters_disabled(self.peft):
+            return self.learner.logprobs(exp)
+
+    def load_adapter(self, policy_dir: str) -> None:
+        """LoRA resume: load a checkpoint's adapter into this rank's adapters."""
+        from agentrl.training.lora import load_adapter
+
+        load_adapter(self.peft, policy_dir)
+
     def train_step(self, exp: Experience, kl_coef: float) -> dict[str, float]:
         return self.learner.train_step(exp, kl_coef=kl_coef)
 
-    def named_weights(self) -> list[tuple[str, torch.Tensor]] | None:
-        """Full weights on CPU from rank 0 (every rank must be called: ZeRO-3 gathers collectively)."""
-        out = [(n, t.detach().to("cpu", copy=True)) for n, t in self.strategy.named_parameters()]
+    def named_weights(self, merged: bool = True) -> list[tuple[str, torch.Tensor]] | None:
+        """Full weights on CPU from rank 0 (every rank must be called: ZeRO-3 gathers collectively): what an
+        engine loads (LoRA merged), or with ``merged=False`` the trained parameters as they are (adapters too)."""
+        named = self.strategy.engine_weights() if merged else self.strategy.named_parameters()
+        out = [(n, t.detach().to("cpu", copy=True)) for n, t in named]
         return out if self.rank == 0 else None
 
     def weight_buckets(self) -> Any:
@@ -79,7 +97,7 @@ class PolicyWorker:
         the other ranks only iterate (ZeRO-3 gathers collectively) and yield nothing."""
         from agentrl.distributed.weight_sync import to_buckets
 
-        named = self.strategy.named_parameters()
+        named = self.strategy.engine_weights()
         if self.rank != 0:
             for _ in named:
                 pass
@@ -88,9 +106,7 @@ class PolicyWorker:
 
     def weight_specs(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(name, dtype, shape)`` of every parameter, for the NCCL receivers."""
-        from agentrl.distributed.weight_sync import weight_specs
-
-        return weight_specs(self.strategy)
+        return [(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in self.strategy.engine_weights()]
 
     def init_nccl(self, host: str, port: int, world_size: int) -> None:
         """Rank 0 only: join the weight-sync NCCL group as its rank 0 (GPU)."""

@@ -90,6 +90,14 @@ class Strategy:
         """Full parameters one by one (collective). Tensors are only valid inside the iteration."""
         yield from self.unwrap().named_parameters()
 
+    def engine_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The weights an engine loads, one by one (collective): ``named_parameters``, or for a LoRA policy
+        the base weights with the adapters merged under the plain names (``agentrl.training.lora``)."""
+        from agentrl.training.lora import is_lora, policy_weights
+
+        model = self.unwrap()
+        yield from policy_weights(model) if is_lora(model) else self.named_parameters()
+
     def optimizer_state(self) -> dict[str, Any]:
         """This rank's optimizer and scheduler state (partitioned under ZeRO)."""
         raise NotImplementedError
