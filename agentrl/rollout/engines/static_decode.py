@@ -100,13 +100,7 @@ class StaticDecoder:
         nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
         eps = cfg.rms_norm_eps
-        caches = []
-        for i in range(len(layers)):
-            k, v = _layer_kv(past, i)
-            K = k.new_empty((B, nkv, W + S, hd))
-            V = v.new_empty((B, nkv, W + S, hd))
-            K[:, :, :W], V[:, :, :W] = k, v
-            caches.append((K, V))
+        caches = _preallocate(past, len(layers), W + S)
         attend = torch.ones((B, W + S), dtype=torch.bool, device=dev)
         attend[:, :W] = mask.bool()
         emb_w = model.model.embed_tokens.weight
@@ -119,7 +113,6 @@ class StaticDecoder:
         rows = torch.arange(B, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         self.compactions = 0
-        split = (nh * hd, nkv * hd, nkv * hd)
         for step in range(S):
             tok, lp = sample(logits, params)
             tok = torch.where(done, torch.full_like(tok, pad_id), tok)
@@ -135,23 +128,46 @@ class StaticDecoder:
                 caches = [(K[keep], V[keep]) for K, V in caches]
                 self.compactions += 1
             L = W + step + 1                                                            # keys after this token
-            b = tok.shape[0]
             c, s = cos[:, step, None], sin[:, step, None]                               # (b,1,hd)
             am = attend[:, None, None, :L]
-            x = F.embedding(tok, emb_w)                                                 # (b,hidden)
-            for (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, d_w, d_b), (K, V) in zip(layers, caches):
-                q, k, v = F.linear(_rms(x, ln1, eps), qkv_w, qkv_b).split(split, dim=-1)
-                q = _rotate(q.view(b, nh, hd), c, s)
-                K[:, :, L - 1] = _rotate(k.view(b, nkv, hd), c, s)
-                V[:, :, L - 1] = v.view(b, nkv, hd)
-                a = F.scaled_dot_product_attention(q[:, :, None], K[:, :, :L], V[:, :, :L], attn_mask=am,
-                                                   enable_gqa=nkv != nh)
-                x = x + F.linear(a.reshape(b, nh * hd), o_w, o_b)
-                g, u = F.linear(_rms(x, ln2, eps), gu_w, gu_b).chunk(2, dim=-1)
-                x = x + F.linear(F.silu(g) * u, d_w, d_b)
+            x = _layers_step(F.embedding(tok, emb_w), layers, caches, L, c, s, am, (nh, nkv, hd, eps))
             logits = F.linear(_rms(x, final_w, eps), head_w, head_b).float()
         n = step + 1
         return toks[:, :n].cpu(), lps[:, :n].cpu()
+
+
+def _preallocate(past: Any, n_layers: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, keys and values (B, kv_heads, length, head_dim) holding the prefill's cache in front."""
+    caches = []
+    for i in range(n_layers):
+        k, v = _layer_kv(past, i)
+        B, nkv, W, hd = k.shape
+        K, V = k.new_empty((B, nkv, length, hd)), v.new_empty((B, nkv, length, hd))
+        K[:, :, :W], V[:, :, :W] = k, v
+        caches.append((K, V))
+    return caches
+
+
+def _layers_step(x: torch.Tensor, layers: list[tuple], caches: list[tuple[torch.Tensor, torch.Tensor]], L: int,
+                 c: torch.Tensor, s: torch.Tensor, am: torch.Tensor, dims: tuple[int, int, int, float]
+                 ) -> torch.Tensor:
+    """One token through every decoder layer: x (b,hidden) -> (b,hidden); its keys/values are written at
+    position ``L - 1`` of ``caches``. ``c``, ``s`` (b,1,hd) its rotary angles, ``am`` (b,1,1,L) the keys it
+    attends to, ``dims`` = (heads, kv heads, head_dim, rms eps)."""
+    nh, nkv, hd, eps = dims
+    b = x.shape[0]
+    split = (nh * hd, nkv * hd, nkv * hd)
+    for (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, d_w, d_b), (K, V) in zip(layers, caches):
+        q, k, v = F.linear(_rms(x, ln1, eps), qkv_w, qkv_b).split(split, dim=-1)
+        q = _rotate(q.view(b, nh, hd), c, s)
+        K[:, :, L - 1] = _rotate(k.view(b, nkv, hd), c, s)
+        V[:, :, L - 1] = v.view(b, nkv, hd)
+        a = F.scaled_dot_product_attention(q[:, :, None], K[:, :, :L], V[:, :, :L], attn_mask=am,
+                                           enable_gqa=nkv != nh)
+        x = x + F.linear(a.reshape(b, nh * hd), o_w, o_b)
+        g, u = F.linear(_rms(x, ln2, eps), gu_w, gu_b).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(g) * u, d_w, d_b)
+    return x
 
 
 def _layer_kv(past: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
