@@ -30,8 +30,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 install: $(STAMP)
 
+# one OpenMP thread: on 2 cores it is ~10% slower than two when the machine is idle, but two threads
+# stall ~10x as soon as anything else runs (measured, bench/README.md issue 19); override with OMP_NUM_THREADS=2
 demo: $(STAMP)
-	$(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
 
 # GRPO with LoRA on SmolLM2-135M-Instruct (a real pretrained model) on 2-digit addition, ~15 min on 2 cores
 demo-real: $(STAMP)
