@@ -194,6 +194,10 @@ def main() -> None:
             print(f"{arm:9} {r['samples_per_s']:10.1f} {r['speedup']:7.2f} {r['speedup_with_fill']:7.2f} "
                   f"{r['env_concurrency']:8.0f} "
                   f"{stale:>15} {mis:>17}  {r['bound']}", flush=True)
+        if "ray-sync" in out[case]:
+            t = out[case]
+            print(f"over Ray: ray-async {t['ray-async']['x_ray_sync']:.2f}x ray-sync, "
+                  f"{t['ray-async']['samples_per_s'] / t['ray-pool']['samples_per_s']:.2f}x ray-pool", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
 
