@@ -12,10 +12,22 @@ Arms: ``full-logits`` (``chunk_tokens=0``: the (B,T,V) logits), ``chunked`` (the
 recomputed in the backward), ``lora`` (chunked, rank-8 adapters on every linear layer),
 ``lora-checkpointed`` (both).
 
-Measured here (2 cores shared with other jobs, load ~8; 16 x 256 tokens): peak RSS 9343 MB with the
-full logits, 8039 MB chunked (0.86x: the decoder's saved activations for 4,096 tokens, ~7 GB, dominate;
-the chunks remove the ~1.3 GB of (B,T,V) logits and their softmax), 10785 MB with LoRA; 224 s, 212 s and
-67 s per update (LoRA 0.32x); trainable parameters 134.5M vs 2.44M, optimizer states 1026 MB vs 18.6 MB.
+Measured here (2 cores, load 3.0 at the start, 2.0 at the end, 2 threads, 16 x 256 tokens; the four arms
+in one ``python bench/memory.py --arms full-logits chunked checkpointed lora-checkpointed`` run, 4 min 46 s):
+
+| arm | peak RSS MB | added by the update MB | s/update | vs full logits (peak) |
+|---|---|---|---|---|
+| full-logits | 10198 | 9808 | 75.9 | 1 |
+| chunked | 7953 | 7563 | 57.0 | 0.78x |
+| checkpointed | 3950 | 3560 | 53.9 | 0.39x |
+| lora-checkpointed (r=8) | 5500 | 5087 | 59.8 | 0.54x |
+
+Chunking removes the (B,T,V) logits and their softmax (~2.2 GB); activation checkpointing removes the decoder
+layers' saved activations (~4 GB) and was not slower here (allocating and faulting in those pages costs as
+much as the recomputation on this CPU). LoRA (2.44M trainable parameters, optimizer states 18.6 MB instead of
+1026 MB) took 1.11x the time of full fine-tuning with checkpointing and peaked 1.5 GB higher: the backward
+still computes every input gradient, and peft's adapter branches add their own saved inputs. An earlier run
+at load ~8 measured LoRA 67 s vs chunked 212 s, a ratio the quiet machine does not reproduce.
 """
 
 from __future__ import annotations
