@@ -140,3 +140,20 @@ def test_an_env_that_cannot_be_copied_steps_one_call_at_a_time(tiny, caplog):
     trajs = ex.run([env.sample_task(env.np_random) for _ in range(2)])
     assert len(trajs) == 8 and not any(t.info.get("failed") for t in trajs)
     assert "cannot be copied" in caplog.text
+
+
+def test_a_forked_child_starts_its_own_workers():
+    """The rollout worker process is forked from a trainer whose pool has threads already: the child
+    (where those threads do not exist) starts fresh ones instead of queueing to dead ones."""
+    import multiprocessing as mp
+
+    pool = EnvPool(workers=2)
+    assert [p.result() for p in pool.map(lambda a: a + 1, [(1,), (2,)])] == [2, 3]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    child = ctx.Process(target=lambda: q.put([p.result() for p in pool.map(lambda a: a * 2, [(1,), (2,), (3,)])]))
+    child.start()
+    assert q.get(timeout=30) == [2, 4, 6]
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    pool.close()
