@@ -30,10 +30,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 install: $(STAMP)
 
-# one OpenMP thread: on 2 cores it is ~10% slower than two when the machine is idle, but two threads
-# stall ~10x as soon as anything else runs (measured, bench/README.md issue 19); override with OMP_NUM_THREADS=2
+# two OpenMP threads (measured on 2 idle cores: one thread did 1,059 RL steps in the 300 s budget,
+# 0.114 -> 0.766; two ~10% faster per step); with other work on the machine use OMP_NUM_THREADS=1
+# (two threads then stall ~10x: 9.1 vs 0.63 s/step, bench/README.md issue 19)
 demo: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
 
 # GRPO with LoRA on SmolLM2-135M-Instruct (a real pretrained model) on 2-digit addition, ~15 min on 2 cores
 demo-real: $(STAMP)
