@@ -176,3 +176,14 @@ def test_correction_moves_the_loss_when_the_engine_disagrees():
     want, _ = A.policy_loss(lp0, old, adv, mask, weights=A.tis_weights(old, eng, mask, 1.2))
     assert loss.item() == pytest.approx(want.item(), rel=1e-6)
     assert stats["mismatch/logprob_abs_diff_mean"] > 0 and stats["mismatch/is_weight_mean"] < 1.2
+
+
+def test_tis_cap_auto_is_on_with_async_only_and_explicit_values_stay():
+    from agentrl.config import ConfigError, load_config
+
+    assert load_config(None, []).algo.tis_cap == 0.0  # synchronous: on-policy, no correction
+    assert load_config(None, ["rollout.async=true"]).algo.tis_cap == 2.0
+    assert load_config(None, ["rollout.async=true", "algo.tis_cap=0"]).algo.tis_cap == 0.0  # explicitly off
+    assert load_config(None, ["algo.tis_cap=1.5"]).algo.tis_cap == 1.5
+    with pytest.raises(ConfigError, match="algo.tis_cap: expected a cap > 0, 0 .off. or -1 .auto."):
+        load_config(None, ["algo.tis_cap=-2"])

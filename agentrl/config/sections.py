@@ -174,8 +174,9 @@ class AlgoConfig:
     """SAPO gate temperature for positive advantages."""
     sapo_tau_neg: float = 1.05
     """SAPO gate temperature for negative advantages."""
-    tis_cap: float = 0.0
-    """Token-level truncated IS between engine and learner log-probs: weight cap (0 = off)."""
+    tis_cap: float = -1.0
+    """Token-level truncated IS between engine and learner log-probs: weight cap (0 = off; -1 = auto:
+    2.0 with rollout.async, off otherwise — resolved when the config is loaded)."""
     mis_low: float = 0.0
     """Sequence-level masking: lower bound of a sample's geometric-mean IS ratio."""
     mis_high: float = 0.0
