@@ -43,9 +43,10 @@ def ray_cfg(tmp_path):
     return lambda *overrides: tiny_config(tmp_path, *RAY, *overrides)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster():
-    """One local 2-CPU Ray cluster per test module (``ray.shutdown`` after; never ``ray stop``)."""
+    """One local 2-CPU Ray cluster for these tests (a start costs ~11 s on 2 cores; every test shuts
+    its own actors down); ``ray.shutdown`` at the end, never ``ray stop``."""
     import ray
 
     from agentrl.config import ClusterConfig

@@ -5,9 +5,9 @@ DDP over gloo).
 - a partial multi-turn rollout continues under weights loaded between two engine requests, and each
   turn keeps the version of the engine that generated it;
 - an async run finishes; no batch holds a token more than ``max_staleness`` versions old and every
-  token's version is recorded; failed samples stay out of the loss; after a checkpoint the resumed
-  run continues at the task after the last trained batch (the buffered batch is regenerated: no task
-  lost or used twice).
+  token's version is recorded; failed samples stay out of the loss; no task is lost or drawn twice;
+  the checkpoint holds the task position after the last trained batch (a batch made ahead is
+  regenerated on resume and counted).
 """
 
 from __future__ import annotations
@@ -115,8 +115,11 @@ def test_a_partial_rollout_over_ray_continues_under_new_weights(ray_cluster, ray
         group.shutdown()
 
 
-@pytest.mark.slow  # two RayTrainers (policy rank, engine, env worker): ~90 s at load 8
-def test_async_run_over_ray_bounds_staleness_and_resumes(ray_cluster, ray_cfg, by_value, tmp_path):
+@pytest.mark.slow  # one RayTrainer (policy rank, engine, env worker): ~50 s at load 8
+def test_async_run_over_ray_bounds_staleness_and_checkpoints_the_trained_position(ray_cluster, ray_cfg, by_value,
+                                                                                  tmp_path):
+    """Resuming from such a checkpoint is the one-process code path (tests/test_async_resume.py kills an
+    async run and resumes it); a RayTrainer resume is tested in tests/faults/test_ray_faults.py."""
     from agentrl.checkpoint import latest_checkpoint, load_trainer_state
     from agentrl.distributed.trainer import RayTrainer
     from agentrl.tracking import read_metrics
@@ -129,14 +132,13 @@ def test_async_run_over_ray_bounds_staleness_and_resumes(ray_cluster, ray_cfg, b
             "algo.entropy_coef=0.05", "checkpoint.every=2", "checkpoint.keep=3",
             f"data.prompts_per_step={P}", f"rollout.n_samples={N}"]
     run = tmp_path / "run"
-    trainer = RayTrainer(ray_cfg(*args, "learner.total_steps=3"), run_dir=run)
+    trainer = RayTrainer(ray_cfg(*args, "learner.total_steps=4"), run_dir=run)
     assert [g.name for g in trainer.groups] == ["engines", "policy", "env_workers"]
     trainer.fit()  # shuts its actors down
     saved = load_trainer_state(latest_checkpoint(run))
-    assert saved["step"] == 2 and saved["tasks"]["drawn"] == 2 * P  # the position after the trained batches
+    assert saved["step"] == 4 and saved["tasks"]["drawn"] == 4 * P  # the position after the trained batches
     assert saved["async_dropped_samples"] in (0, P * N)  # the batch made ahead (if it was done), regenerated
 
-    RayTrainer(ray_cfg(*args, "learner.total_steps=4"), run_dir=run, resume=True).fit()
     rows = [r for r in read_metrics(run) if "samples_used" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [r["tasks/drawn"] for r in rows] == [P * s for s in (1, 2, 3, 4)]  # none lost, none twice

@@ -21,7 +21,7 @@ OWN_PROCS = textwrap.dedent("""
     me = os.getuid()  # processes of this uid, zombies too: a job's processes must be reaped, not only dead
     print(sum(os.stat(f'/proc/{p}').st_uid == me for p in filter(str.isdigit, os.listdir('/proc'))))
     """)
-BOMB_ROUNDS = 15
+BOMB_ROUNDS = 8
 
 
 def _client():

@@ -21,7 +21,7 @@ import sandbox
 from sandbox.local import SERVER, LocalSandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs get their own uid only as root (CI runs as root)")
-ROUNDS = 15
+ROUNDS = 8
 DAEMON = textwrap.dedent("""
     import os, time
     if os.fork() == 0:
