@@ -4,7 +4,9 @@ torch ops per layer, and finished rows dropped from the batch as they end.
 
 Used by ``HFEngine``'s ``loop`` sampler after transformers' own prefill; the same arithmetic as the
 transformers Llama / Qwen2 forward (RMSNorm, rotary embedding, SDPA with grouped KV heads, SiLU
-MLP), so greedy tokens match it. Models it does not recognise (``supports`` is False) keep the
+MLP), so greedy tokens match it. A peft LoRA model decodes here too: each adapted layer's weight is
+its base weight plus its active adapters' ``B @ A * alpha / r`` (rebuilt only after an update), so
+the adapters cost nothing per token. Models it does not recognise (``supports`` is False) keep the
 transformers decode step.
 """
 
@@ -21,8 +23,17 @@ from agentrl.rollout.engines.base import SamplingParams
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
 
+def _base(model: Any) -> Any:
+    """The model under a peft wrapper (``model`` itself when it has none)."""
+    return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+
+
 def supports(model: Any) -> bool:
-    """True when ``model`` is a Llama / Qwen2 causal LM this loop reproduces exactly."""
+    """True when ``model`` (or the base of a peft LoRA model) is a Llama / Qwen2 causal LM this loop
+    reproduces exactly."""
+    if any(any(getattr(m, "use_dora", {}).values()) for m in model.modules() if hasattr(m, "lora_A")):
+        return False  # DoRA rescales the merged weight: not the plain delta used here
+    model = _base(model)
     cfg = getattr(model, "config", None)
     if type(model).__name__ not in SUPPORTED or cfg is None:
         return False
@@ -37,27 +48,51 @@ class _Weights:
     parameter changed in place since the last call (the learner's optimizer bumps ``_version``)."""
 
     def __init__(self) -> None:
-        self.key: tuple[int, ...] | None = None
+        self.key: tuple[Any, ...] | None = None
         self.layers: list[tuple[torch.Tensor, ...]] = []
+        self.embed: torch.Tensor | None = None
+        self.head: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def get(self, model: Any) -> list[tuple[torch.Tensor, ...]]:
         params = list(model.parameters())
-        key = tuple(id(p) for p in params) + tuple(p._version for p in params)
+        adapters = tuple((m.merged, m.disable_adapters, tuple(m.active_adapters))
+                         for m in model.modules() if hasattr(m, "get_delta_weight"))
+        key = tuple(id(p) for p in params) + tuple(p._version for p in params) + adapters
         if key != self.key:
-            self.layers = [_fuse(layer) for layer in model.model.layers]
+            base = _base(model)
+            self.layers = [_fuse(layer) for layer in base.model.layers]
+            self.embed = _weight(base.model.embed_tokens)
+            self.head = _weight(base.lm_head), _bias(base.lm_head)
             self.key = key
         return self.layers
 
 
+def _weight(m: Any) -> torch.Tensor:
+    """The weight ``m`` computes with: a LoRA layer's base weight plus its active adapters' deltas."""
+    if not hasattr(m, "get_delta_weight"):
+        return m.weight
+    w = m.base_layer.weight
+    if m.merged or m.disable_adapters:
+        return w
+    for a in m.active_adapters:
+        if a in m.lora_A or a in getattr(m, "lora_embedding_A", {}):
+            w = w + m.get_delta_weight(a).to(w.dtype)
+    return w
+
+
+def _bias(m: Any) -> torch.Tensor | None:
+    return getattr(m.base_layer if hasattr(m, "get_delta_weight") else m, "bias", None)
+
+
 def _fuse(layer: Any) -> tuple[torch.Tensor | None, ...]:
     att, mlp = layer.self_attn, layer.mlp
-    qkv = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight])
-    qkv_b = (torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
-             if att.q_proj.bias is not None else None)
-    gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-    gu_b = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]) if mlp.gate_proj.bias is not None else None
-    return (layer.input_layernorm.weight, qkv, qkv_b, att.o_proj.weight, att.o_proj.bias,
-            layer.post_attention_layernorm.weight, gu, gu_b, mlp.down_proj.weight, mlp.down_proj.bias)
+    q, k, v, gate, up = att.q_proj, att.k_proj, att.v_proj, mlp.gate_proj, mlp.up_proj
+    qkv = torch.cat([_weight(q), _weight(k), _weight(v)])
+    qkv_b = torch.cat([_bias(q), _bias(k), _bias(v)]) if _bias(q) is not None else None
+    gu = torch.cat([_weight(gate), _weight(up)])
+    gu_b = torch.cat([_bias(gate), _bias(up)]) if _bias(gate) is not None else None
+    return (layer.input_layernorm.weight, qkv, qkv_b, _weight(att.o_proj), _bias(att.o_proj),
+            layer.post_attention_layernorm.weight, gu, gu_b, _weight(mlp.down_proj), _bias(mlp.down_proj))
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -92,7 +127,8 @@ class StaticDecoder:
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """``past``: the prefill's cache (one row per sample), ``logits`` (B,V) of each row's last prompt
         token, ``mask`` (B,W) the prompts' attention mask, ``next_pos`` (B,1) the first new position."""
-        cfg = model.config
+        base = _base(model)
+        cfg = base.config
         B, W = mask.shape
         S = params.max_new_tokens
         dev = logits.device
@@ -103,10 +139,10 @@ class StaticDecoder:
         caches = _preallocate(past, len(layers), W + S)
         attend = torch.ones((B, W + S), dtype=torch.bool, device=dev)
         attend[:, :W] = mask.bool()
-        emb_w = model.model.embed_tokens.weight
+        emb_w, (head_w, head_b) = self.weights.embed, self.weights.head
         pos = next_pos + torch.arange(S, device=dev)[None]                              # (B,S)
-        cos, sin = model.model.rotary_emb(emb_w[:1][None], pos)                         # (B,S,hd)
-        final_w, head_w, head_b = model.model.norm.weight, model.lm_head.weight, model.lm_head.bias
+        cos, sin = base.model.rotary_emb(emb_w[:1][None], pos)                          # (B,S,hd)
+        final_w = base.model.norm.weight
         stop_t = torch.tensor(stops, device=dev)
         toks = torch.full((B, S), pad_id, dtype=torch.long, device=dev)
         lps = torch.zeros((B, S), dtype=torch.float32, device=dev)
