@@ -199,6 +199,9 @@ def _sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor,
         sorted_p, idx = probs.sort(dim=-1, descending=True)
         cut = sorted_p.cumsum(-1) - sorted_p > params.top_p
         probs = probs.scatter(-1, idx, sorted_p.masked_fill(cut, 0.0))
-    # exponential race: argmax(p / E) with E ~ Exp(1) samples from p (no cumsum, no multinomial)
-    tok = (probs / torch.empty_like(probs).exponential_()).argmax(-1)
+    # inverse CDF: one uniform per row (an exponential per vocabulary entry cost ~10x more at V=260)
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    u = torch.minimum(torch.rand_like(total) * total, torch.nextafter(total, torch.zeros_like(total)))
+    tok = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
