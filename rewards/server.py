@@ -244,7 +244,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/rewards", dependencies=[Depends(check_token)])
     async def rewards_list() -> dict[str, Any]:
         """Names accepted as ``reward``."""
-        return {"rewards": sorted(set(available()) | set(aliases)), "default": config.default_reward}
+        return {"rewards": known, "default": config.default_reward}
 
     @app.post("/score", response_model=ScoreResponse, dependencies=[Depends(check_token)])
     async def score(req: ScoreRequest) -> JSONResponse:

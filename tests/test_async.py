@@ -82,6 +82,27 @@ def test_no_batch_is_more_than_max_staleness_versions_old(tiny, kind, k):
         assert seen[:k + 1] == [0] * (k + 1)  # the batches made ahead used the weights of version 0
 
 
+
+def test_a_failed_weight_load_reaches_the_learner_with_its_cause(tiny):
+    """An error while the worker takes new weights (here: staged tensors the engine has no parameter
+    for) is raised by ``next`` itself, not as a bare "the rollout worker stopped"."""
+    model, tok, _ = tiny
+    engine = _engine(model, tok)
+    prompt, produced = tok("12+34=")["input_ids"], []
+
+    def produce() -> RolloutBatch:
+        engine.generate([prompt], SamplingParams(max_new_tokens=2))  # loads staged weights first
+        produced.append(engine.version)
+        return RolloutBatch([], [], {})
+
+    worker = RolloutWorker(produce, engine, max_staleness=0)
+    worker.next(0)
+    engine.stage_weights([("no.such.weight", torch.zeros(1))], 1)
+    with pytest.raises(KeyError, match="no.such.weight"):
+        worker.next(1)
+    worker.close()
+    assert produced == [0]
+
 def test_a_partial_rollout_continues_under_new_weights_and_keeps_its_versions(tiny):
     from agentrl.rollout.executors import MultiTurnExecutor
 
@@ -161,3 +182,23 @@ def test_one_optimizer_step_needs_no_old_logprob_forward(tiny):
         params.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
     torch.testing.assert_close(params[0], params[1], atol=1e-6, rtol=0)
     assert (params[0] - torch.cat([p.detach().flatten() for p in model.parameters()])).abs().max() > 1e-4  # it moved
+
+
+def test_max_metrics_are_the_max_over_mini_batches(tiny):
+    """``mismatch/logprob_abs_diff_max`` over two mini-batches is the larger of theirs, not their mean."""
+    from agentrl.config import AlgoConfig, LearnerConfig
+    from agentrl.rollout.executors import SingleTurnExecutor
+    from agentrl.training.learner import PolicyLearner
+
+    model, tok, env = tiny
+    ex = SingleTurnExecutor(env, _engine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4)
+    torch.manual_seed(0)
+    exp = Experience.from_trajectories(ex.run([env.sample_task(env.np_random) for _ in range(2)]), tok.pad_token_id)
+    exp.advantages = torch.randn(exp.action_mask.shape) * exp.action_mask
+    exp.engine_logprobs = exp.engine_logprobs.clone()
+    exp.engine_logprobs[4:] -= 2.0 * exp.action_mask[4:]  # only the second mini-batch is far off
+    learner = PolicyLearner(copy.deepcopy(model), LearnerConfig(lr=1e-6, mini_batch_size=4, micro_batch_size=4),
+                            AlgoConfig(tis_cap=2.0))
+    stats = learner.train_step(exp)
+    assert stats["mismatch/logprob_abs_diff_max"] > 1.9  # the mean of ~0 and ~2 would be ~1
+    assert stats["mismatch/logprob_abs_diff_mean"] < 1.5

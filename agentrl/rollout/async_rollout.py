@@ -117,54 +117,29 @@ class InlineRollouts:
         pass
 
 
-class RolloutWorker:
-    """``produce()`` on a thread, at most ``max_staleness`` policy versions ahead of the learner.
+class ReadyBatches:
+    """Batches made and not yet trained on, handed from a producer to the learner's thread (the base of
+    both rollout workers): ``_put`` an item (a batch, or the exception that ended the producer),
+    ``_take`` the oldest one, ``buffered_samples`` for checkpoints."""
 
-    ``next(version)`` returns the batch for the learner at ``version`` (blocking until it is made);
-    an exception in ``produce`` is raised there. ``start_version`` is the learner's version at start.
-    """
-
-    def __init__(self, produce: Callable[[], RolloutBatch], engine: VersionedEngine, max_staleness: int,
-                 start_version: int = 0) -> None:
-        if max_staleness < 0:
-            raise ValueError(f"rollout.max_staleness must be >= 0, got {max_staleness}")
-        self.produce, self.engine, self.max_staleness = produce, engine, max_staleness
-        self.next_step = start_version  # the learner version the next produced batch is for
+    def __init__(self) -> None:
         self._ready: deque[RolloutBatch | BaseException] = deque()
         self._cv = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="agentrl-rollout-worker", daemon=True)
-        self._started = False  # the thread starts at the first ``next`` (after the run's first evaluation)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            with self._cv:  # never more than max_staleness + 1 batches made and not yet trained on
-                while len(self._ready) > self.max_staleness and not self._stop.is_set():
-                    self._cv.wait(timeout=0.1)
-            self.engine.wait_for(self.next_step - self.max_staleness, self._stop)
-            if self._stop.is_set():
-                return
-            try:
-                item: RolloutBatch | BaseException = self.produce()
-            except BaseException as e:  # handed to the learner's thread
-                item = e
-            with self._cv:
-                self._ready.append(item)
-                self.next_step += 1
-                self._cv.notify_all()
-            if isinstance(item, BaseException):
-                return
+    def _put(self, item: RolloutBatch | BaseException) -> None:
+        with self._cv:
+            self._ready.append(item)
+            self._cv.notify_all()
 
-    def next(self, version: int) -> RolloutBatch:
-        """The oldest batch not yet trained on (made with weights of ``version - max_staleness`` or newer)."""
-        if not self._started:
-            self._started = True
-            self._thread.start()
+    def _take(self, stopped: Callable[[], str | None], poll: float) -> RolloutBatch:
+        """The oldest item (raised if it is an exception); while none is ready, ``stopped()`` returns why
+        no more will come (raised as a ``RuntimeError``) or None to keep waiting."""
         with self._cv:
             while not self._ready:
-                if not self._thread.is_alive():
-                    raise RuntimeError("the rollout worker stopped")
-                self._cv.wait(timeout=0.1)
+                why = stopped()
+                if why:
+                    raise RuntimeError(why)
+                self._cv.wait(timeout=poll)
             item = self._ready.popleft()
             self._cv.notify_all()
         if isinstance(item, BaseException):
@@ -175,6 +150,49 @@ class RolloutWorker:
         """Samples made and not yet trained on (a checkpoint drops them; resume regenerates them)."""
         with self._cv:
             return sum(len(b.generated) for b in self._ready if isinstance(b, RolloutBatch))
+
+
+class RolloutWorker(ReadyBatches):
+    """``produce()`` on a thread, at most ``max_staleness`` policy versions ahead of the learner.
+
+    ``next(version)`` returns the batch for the learner at ``version`` (blocking until it is made);
+    an exception in ``produce`` is raised there. ``start_version`` is the learner's version at start.
+    """
+
+    def __init__(self, produce: Callable[[], RolloutBatch], engine: VersionedEngine, max_staleness: int,
+                 start_version: int = 0) -> None:
+        if max_staleness < 0:
+            raise ValueError(f"rollout.max_staleness must be >= 0, got {max_staleness}")
+        super().__init__()
+        self.produce, self.engine, self.max_staleness = produce, engine, max_staleness
+        self.next_step = start_version  # the learner version the next produced batch is for
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="agentrl-rollout-worker", daemon=True)
+        self._started = False  # the thread starts at the first ``next`` (after the run's first evaluation)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cv:  # never more than max_staleness + 1 batches made and not yet trained on
+                while len(self._ready) > self.max_staleness and not self._stop.is_set():
+                    self._cv.wait(timeout=0.1)
+            try:
+                self.engine.wait_for(self.next_step - self.max_staleness, self._stop)
+                if self._stop.is_set():
+                    return
+                item: RolloutBatch | BaseException = self.produce()
+            except BaseException as e:  # handed to the learner's thread (a failed weight load too)
+                item = e
+            self.next_step += 1
+            self._put(item)
+            if isinstance(item, BaseException):
+                return
+
+    def next(self, version: int) -> RolloutBatch:
+        """The oldest batch not yet trained on (made with weights of ``version - max_staleness`` or newer)."""
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        return self._take(lambda: None if self._thread.is_alive() else "the rollout worker stopped", 0.1)
 
     def close(self) -> None:
         """Stop after the batch in flight (its samples are dropped)."""

@@ -35,13 +35,12 @@ import signal
 import sys
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
-from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
+from agentrl.rollout.async_rollout import ReadyBatches, RolloutBatch, VersionedEngine
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +125,7 @@ def _picklable(e: BaseException) -> BaseException:
         return RuntimeError(f"rollout worker process: {''.join(traceback.format_exception(e)).strip()}")
 
 
-class ProcessRolloutWorker:
+class ProcessRolloutWorker(ReadyBatches):
     """``produce()`` in a forked child process, at most ``max_staleness`` versions ahead of the learner.
 
     ``weights()`` yields the policy's named tensors (the shared buffer's layout); ``env_pool`` (the
@@ -141,10 +140,9 @@ class ProcessRolloutWorker:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             raise ValueError("the rollout worker process is forked and CUDA cannot be: "
                              "set rollout.async_worker=thread")
+        super().__init__()
         self.produce, self.engine, self.max_staleness = produce, engine, max_staleness
         self.weights, self.env_pool, self.start_version = weights, env_pool, start_version
-        self._ready: deque[RolloutBatch | BaseException] = deque()
-        self._cv = threading.Condition()
         self._ended = False  # the child closed its end of the pipe
         self._proc: Any = None
         self._recv: Any = None
@@ -198,9 +196,7 @@ class ProcessRolloutWorker:
                 item = self._recv.recv()
             except (EOFError, OSError):
                 break
-            with self._cv:
-                self._ready.append(item)
-                self._cv.notify_all()
+            self._put(item)
         with self._cv:
             self._ended = True
             self._cv.notify_all()
@@ -209,21 +205,14 @@ class ProcessRolloutWorker:
         """The oldest batch not yet trained on (made with weights of ``version - max_staleness`` or newer)."""
         if self._proc is None:
             self._start()
-        with self._cv:
-            while not self._ready:
-                if self._ended:
-                    self._proc.join(timeout=5)
-                    raise RuntimeError(f"the rollout worker process stopped (exit code {self._proc.exitcode})")
-                self._cv.wait(timeout=0.5)
-            item = self._ready.popleft()
-        if isinstance(item, BaseException):
-            raise item
-        return item
+        return self._take(self._stopped, 0.5)
 
-    def buffered_samples(self) -> int:
-        """Samples made and not yet trained on (a checkpoint drops them; resume regenerates them)."""
-        with self._cv:
-            return sum(len(b.generated) for b in self._ready if isinstance(b, RolloutBatch))
+    def _stopped(self) -> str | None:
+        """Why no batch will come (the child closed its pipe), or None."""
+        if not self._ended:
+            return None
+        self._proc.join(timeout=5)
+        return f"the rollout worker process stopped (exit code {self._proc.exitcode})"
 
     def close(self) -> None:
         """Stop the child (the batch in flight is dropped) and give the learner its core back."""

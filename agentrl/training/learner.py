@@ -187,16 +187,17 @@ class PolicyLearner:
         return self.cfg.ppo_epochs > 1 or 0 < mini < batch_size
 
     def train_step(self, exp: Experience, kl_coef: float = 0.0) -> dict[str, float]:
-        """Update the policy on ``exp`` (advantages set). Returns mean metrics over optimizer steps."""
+        """Update the policy on ``exp`` (advantages set). Returns metrics over its optimizer steps: the
+        mean of each, the max of ``*_max`` ones."""
         self.model.train()
         sums: dict[str, float] = {}
         steps = 0
         for _ in range(self.cfg.ppo_epochs):
             for mini in exp.split(self.cfg.mini_batch_size):
                 for k, v in self._optimizer_step(mini, kl_coef).items():
-                    sums[k] = sums.get(k, 0.0) + v
+                    sums[k] = max(sums.get(k, v), v) if k.endswith("_max") else sums.get(k, 0.0) + v
                 steps += 1
-        return {k: v / max(steps, 1) for k, v in sums.items()}
+        return {k: v if k.endswith("_max") else v / max(steps, 1) for k, v in sums.items()}
 
     def _optimizer_step(self, mini: Experience, kl_coef: float) -> dict[str, float]:
         algo = self.algo

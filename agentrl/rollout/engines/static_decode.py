@@ -111,14 +111,15 @@ class StaticDecoder:
     """Decodes after a transformers prefill: ``decode(past, logits, mask, next_pos, ...) -> (B,S) ids, logprobs``.
 
     The KV cache is one preallocated (B, kv_heads, prompt_width + max_new_tokens, head_dim) tensor per
-    layer for keys and values, filled in place. When at least ``compact_fraction`` of the rows still
-    in the batch have ended, the batch is compacted (cache rows gathered), so finished rows stop
+    layer for keys and values, filled in place. When the ended rows' remaining decode steps add up to
+    ``compact_factor`` times the rows still in the batch (gathering the cache costs about that many
+    row-steps), the batch is compacted (cache rows gathered), so finished rows stop
     costing compute.
     """
 
-    def __init__(self, compact_fraction: float = 0.25) -> None:
+    def __init__(self, compact_factor: float = 2.0) -> None:
         self.weights = _Weights()
-        self.compact_fraction = compact_fraction
+        self.compact_factor = compact_factor
         self.compactions = 0  # how many times the last decode compacted its batch
 
     def decode(self, model: Any, past: Any, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
@@ -158,7 +159,7 @@ class StaticDecoder:
             n_done = int(done.sum())
             if n_done == done.shape[0] or step == S - 1:
                 break
-            if n_done and n_done >= self.compact_fraction * done.shape[0]:
+            if n_done and n_done * (S - step - 1) >= self.compact_factor * done.shape[0]:
                 keep = (~done).nonzero().squeeze(1)
                 rows, tok, done, attend = rows[keep], tok[keep], done[keep], attend[keep]
                 cos, sin = cos[keep], sin[keep]
