@@ -27,12 +27,6 @@ import torch
 
 from agentrl.distributed.strategies.base import Strategy
 
-
-def weight_specs(strategy: Strategy) -> list[tuple[str, str, tuple[int, ...]]]:
-    """``(name, dtype, full shape)`` of every parameter, in iteration order."""
-    return [(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in strategy.named_parameters()]
-
-
 BUCKET_BYTES = 64 << 20
 log = logging.getLogger(__name__)
 
