@@ -190,3 +190,23 @@ def load_policy(cfg: Any, path: str) -> tuple[Any, Any]:
     model = load_causal_lm(path, dtype=cfg.model.dtype, device=cfg.model.device,
                            trust_remote_code=cfg.model.trust_remote_code)
     return model, tok
+
+
+def is_peft(model: Any) -> bool:
+    """True when ``model`` is a peft model (it carries adapters)."""
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def adapted_weight(module: Any) -> torch.Tensor:
+    """The weight ``module`` computes with: for a peft LoRA layer (linear or embedding) its base weight
+    plus each active adapter's ``B @ A * alpha / r`` (a new tensor; the module is not touched), else
+    its own ``weight``."""
+    if not hasattr(module, "get_delta_weight"):
+        return module.weight
+    w = module.base_layer.weight
+    if module.merged or module.disable_adapters:
+        return w
+    for a in module.active_adapters:
+        if a in module.lora_A or a in getattr(module, "lora_embedding_A", {}):
+            w = w + module.get_delta_weight(a).to(w.dtype)
+    return w

@@ -26,11 +26,12 @@ from typing import Any
 import torch
 
 from agentrl.config.sections import LoraConfig
+from agentrl.models import adapted_weight, is_peft
 
 
 def is_lora(model: Any) -> bool:
     """True when ``model`` is a peft model (it carries adapters)."""
-    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+    return is_peft(model)
 
 
 def apply_lora(model: Any, cfg: LoraConfig, task: str = "CAUSAL_LM") -> Any:
@@ -65,18 +66,14 @@ def policy_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()
-    layers = {f"{name}.base_layer.weight": m for name, m in base.named_modules()
-              if isinstance(m, LoraLayer) and not m.merged and not m.disable_adapters}
+    layers = {f"{name}.base_layer.weight": m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
     for name, p in base.named_parameters():
         if ".lora_" in name:
             continue
         tensor = p.detach()
         if name in layers:  # one delta at a time: a streamed sync never holds them all
             with torch.no_grad():
-                m = layers[name]
-                for a in m.active_adapters:
-                    if a in m.lora_A:
-                        tensor = tensor + m.get_delta_weight(a).to(p.dtype)
+                tensor = adapted_weight(layers[name]).detach()
         yield name.replace(".base_layer.", "."), tensor
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentrl.models import adapted_weight, is_peft
 from agentrl.rollout.engines.base import SamplingParams
 
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
@@ -25,7 +26,7 @@ SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
 def _base(model: Any) -> Any:
     """The model under a peft wrapper (``model`` itself when it has none)."""
-    return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    return model.get_base_model() if is_peft(model) else model
 
 
 def supports(model: Any) -> bool:
@@ -61,23 +62,10 @@ class _Weights:
         if key != self.key:
             base = _base(model)
             self.layers = [_fuse(layer) for layer in base.model.layers]
-            self.embed = _weight(base.model.embed_tokens)
-            self.head = _weight(base.lm_head), _bias(base.lm_head)
+            self.embed = adapted_weight(base.model.embed_tokens)
+            self.head = adapted_weight(base.lm_head), _bias(base.lm_head)
             self.key = key
         return self.layers
-
-
-def _weight(m: Any) -> torch.Tensor:
-    """The weight ``m`` computes with: a LoRA layer's base weight plus its active adapters' deltas."""
-    if not hasattr(m, "get_delta_weight"):
-        return m.weight
-    w = m.base_layer.weight
-    if m.merged or m.disable_adapters:
-        return w
-    for a in m.active_adapters:
-        if a in m.lora_A or a in getattr(m, "lora_embedding_A", {}):
-            w = w + m.get_delta_weight(a).to(w.dtype)
-    return w
 
 
 def _bias(m: Any) -> torch.Tensor | None:
@@ -87,12 +75,12 @@ def _bias(m: Any) -> torch.Tensor | None:
 def _fuse(layer: Any) -> tuple[torch.Tensor | None, ...]:
     att, mlp = layer.self_attn, layer.mlp
     q, k, v, gate, up = att.q_proj, att.k_proj, att.v_proj, mlp.gate_proj, mlp.up_proj
-    qkv = torch.cat([_weight(q), _weight(k), _weight(v)])
+    qkv = torch.cat([adapted_weight(q), adapted_weight(k), adapted_weight(v)])
     qkv_b = torch.cat([_bias(q), _bias(k), _bias(v)]) if _bias(q) is not None else None
-    gu = torch.cat([_weight(gate), _weight(up)])
+    gu = torch.cat([adapted_weight(gate), adapted_weight(up)])
     gu_b = torch.cat([_bias(gate), _bias(up)]) if _bias(gate) is not None else None
-    return (layer.input_layernorm.weight, qkv, qkv_b, _weight(att.o_proj), _bias(att.o_proj),
-            layer.post_attention_layernorm.weight, gu, gu_b, _weight(mlp.down_proj), _bias(mlp.down_proj))
+    return (layer.input_layernorm.weight, qkv, qkv_b, adapted_weight(att.o_proj), _bias(att.o_proj),
+            layer.post_attention_layernorm.weight, gu, gu_b, adapted_weight(mlp.down_proj), _bias(mlp.down_proj))
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
