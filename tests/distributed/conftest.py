@@ -44,7 +44,7 @@ def ray_cfg(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def ray_cluster(ray_lock):
     """One local 2-CPU Ray cluster for these tests (a start costs ~11 s on 2 cores; every test shuts
     its own actors down); ``ray.shutdown`` at the end, never ``ray stop``."""
     import ray

@@ -29,7 +29,7 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(ray_lock):
     import ray
 
     init_ray(ClusterConfig(mode="ray", num_cpus=2))

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import schemathesis
 from faultkit import reward_server, tree_rss
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
 from rewards.server import ServerConfig, create_app
@@ -121,10 +121,18 @@ def live_server():
         yield url
 
 
-@SCHEMA.parametrize()
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-def test_schemathesis_finds_no_server_errors(case, live_server):
-    case.call_and_validate(base_url=live_server, checks=[not_a_server_error], timeout=60)
+# one pytest test per operation, named by it: node ids stay unique, so pytest-xdist runs every one
+OPERATIONS = [result.ok() for result in SCHEMA.get_all_operations()]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=[op.label for op in OPERATIONS])
+def test_schemathesis_finds_no_server_errors(operation, live_server):
+    @given(case=operation.as_strategy())
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def no_server_error(case):
+        case.call_and_validate(base_url=live_server, checks=[not_a_server_error], timeout=60)
+
+    no_server_error()
 
 
 @pytest.mark.parametrize("body", [
