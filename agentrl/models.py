@@ -33,6 +33,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
 
 
+def cache_tmp(out: Path) -> Path:
+    """A private build directory beside cache entry ``out`` (this process's id in its name)."""
+    return out.with_name(f"{out.name}.tmp{os.getpid()}")
+
+
+def publish(tmp: Path, out: Path) -> Path:
+    """Move the built directory ``tmp`` to ``out`` in one rename; when another process published
+    ``out`` first (before or during this call), keep theirs and remove ``tmp``. Returns ``out``."""
+    if not out.exists():
+        try:
+            tmp.rename(out)
+            return out
+        except OSError:  # ENOTEMPTY/EEXIST: renamed meanwhile by another process
+            if not out.exists():
+                raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def alias_gguf(name: str) -> Path:
     """The GGUF file of a named model (``ALIASES``), found in its installed wheel without importing it."""
     import importlib.util
@@ -72,15 +91,11 @@ def convert_gguf(gguf: str | Path) -> Path:
     plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(config), dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp = cache_tmp(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plain.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    if out.exists():  # converted meanwhile by another process
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.rename(out)
-    return out
+    return publish(tmp, out)
 
 
 def resolve_model_source(path: str | Path) -> str:
@@ -132,14 +147,11 @@ def build_tiny_model(out_dir: str | Path, corpus: Iterable[str], *, hidden_size:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     out = Path(out_dir)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp = cache_tmp(out)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     model.generation_config.save_pretrained(tmp)
-    if out.exists():
-        return out  # built meanwhile by another process
-    tmp.rename(out)
-    return out
+    return publish(tmp, out)
 
 
 def tiny_model_dir(corpus: list[str], **arch: Any) -> Path:

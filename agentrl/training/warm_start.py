@@ -16,7 +16,7 @@ from typing import Any
 from agentrl.config import RunConfig, to_dict
 from agentrl.env import TextEnv, fixed_tasks
 from agentrl.evaluation.metrics import evaluate
-from agentrl.models import cache_dir
+from agentrl.models import cache_dir, cache_tmp, publish
 from agentrl.rollout.build import sampling_params
 from agentrl.rollout.engines.hf import HFEngine
 from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
@@ -57,14 +57,13 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
                        dev_accuracy=lambda: evaluate(dev_exec, dev_tasks, dev_exec.params)["accuracy"], log=log)
     summary = {"steps": result.steps, "dev_accuracy": result.best_dev_accuracy, "seconds": result.seconds}
     if ws.cache:
-        tmp = cached.with_name(cached.name + ".tmp")
+        tmp = cache_tmp(cached)
         tmp.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in model.state_dict().items()
                    if k != "lm_head.weight" or not model.config.tie_word_embeddings},
                   str(tmp / "model.safetensors"))
         (tmp / "result.json").write_text(json.dumps(summary))
-        if not cached.exists():
-            tmp.rename(cached)
+        publish(tmp, cached)
     log(f"warm start: {result.steps} steps in {result.seconds:.0f} s, best dev accuracy {result.best_dev_accuracy:.3f}")
     return summary
 
