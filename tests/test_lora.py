@@ -145,3 +145,30 @@ def test_lora_with_zero3_on_ray_is_a_one_line_config_error(capsys, tmp_path):
     assert main(["train", str(CONFIGS / "cpu_demo.yaml"), "--run-dir", str(tmp_path / "run"), "cluster.mode=ray",
                  "cluster.zero_stage=3", "learner.lora.r=8"]) == 2
     assert "learner.lora with cluster.zero_stage=3" in capsys.readouterr().err
+
+
+def test_policy_weights_fold_every_adapted_module_the_embedding_included(tiny_arith):
+    """Adapters on the embedding (peft's ``lora_embedding_A/B``) and on linear layers: the weights
+    the engine receives equal peft's own ``merge_and_unload``, under the plain model's names."""
+    import copy
+
+    from peft import LoraConfig as PeftLora
+    from peft import get_peft_model
+
+    path, _ = tiny_arith
+    torch.manual_seed(0)
+    model = get_peft_model(load_causal_lm(path, device="cpu"),
+                           PeftLora(r=4, lora_alpha=8, target_modules=["embed_tokens", "q_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.copy_(torch.randn_like(p) * 0.05)  # B starts at zero: give every adapter a delta
+    want = copy.deepcopy(model).merge_and_unload().state_dict()
+    got = dict(policy_weights(model))
+    assert set(got) == {n for n, _ in load_causal_lm(path, device="cpu").named_parameters()}
+    for name in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                 "model.layers.1.mlp.down_proj.weight"):
+        base = model.get_base_model().state_dict()[name.replace(".weight", ".base_layer.weight")]
+        assert (got[name] - base).abs().max() > 1e-4, name  # the delta is in
+    for name, tensor in got.items():
+        torch.testing.assert_close(tensor, want[name], atol=1e-6, rtol=0)
