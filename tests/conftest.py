@@ -39,6 +39,7 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"tests sharing a node id (pytest-xdist would run one of each): {twice}")
 
 
+@pytest.hookimpl(optionalhook=True)  # a known hook only where pytest-xdist is installed
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs each tier on 2 pytest-xdist workers. A test file is one unit of work (its
     module-scoped fixtures, a vLLM engine or a trained model, are built once), and every file on the
