@@ -52,7 +52,7 @@ test: $(STAMP)
 	@# test process with two-thread teams each stall on 2 shared cores (DPO test 139 s -> 18 s under load).
 	@# Two pytest-xdist workers (TEST_WORKERS=0: none), a test file per unit and the Ray files in one
 	@# (tests/conftest.py): many tests wait on wall-clock limits, servers and subprocesses, so on 2 cores
-	@# the main tier ran 6:16 -> 4:15 and the slow tier 12:06 -> 8:30
+	@# the main tier ran 6:16 -> 3:55 and the slow tier 12:06 -> 6:56
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow and not gpu and not real" -p no:cacheprovider -n $(TEST_WORKERS)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "slow and not gpu and not real" -p no:cacheprovider -n $(TEST_WORKERS) || test $$? -eq 5  # 5: none marked slow
 	@# the real-model tier: SmolLM2-135M-Instruct (converted once into the test cache), HF, vLLM, GRPO, LoRA

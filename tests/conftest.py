@@ -1,6 +1,7 @@
 """Test configuration shared by every test: environment variables the stack needs on CPU."""
 
 import os
+from collections import Counter
 from pathlib import Path
 
 _ENV = {
@@ -31,10 +32,7 @@ def tiny_arith():
 
 def pytest_collection_modifyitems(config, items):
     """pytest-xdist schedules by node id: two tests with one id would run once. Refused here."""
-    seen: dict[str, int] = {}
-    for item in items:
-        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
-    twice = sorted(n for n, c in seen.items() if c > 1)
+    twice = sorted(n for n, c in Counter(item.nodeid for item in items).items() if c > 1)
     if twice:
         raise pytest.UsageError(f"tests sharing a node id (pytest-xdist would run one of each): {twice}")
 

@@ -28,10 +28,7 @@ import torch
 from agentrl.config.sections import LoraConfig
 from agentrl.models import adapted_weight, is_peft
 
-
-def is_lora(model: Any) -> bool:
-    """True when ``model`` is a peft model (it carries adapters)."""
-    return is_peft(model)
+is_lora = is_peft  # True when the model is a peft model (it carries adapters)
 
 
 def apply_lora(model: Any, cfg: LoraConfig, task: str = "CAUSAL_LM") -> Any:
