@@ -12,7 +12,7 @@ import torch
 
 from agentrl.rollout.engines import SamplingParams
 from agentrl.rollout.engines.hf import HFEngine
-from agentrl.rollout.engines.static_decode import supports
+from agentrl.rollout.engines.static_decode import _attend, _compact, supports
 
 VOCAB, EOS = 96, 1
 
@@ -139,3 +139,35 @@ def test_sampler_draws_each_token_at_its_probability_and_never_a_truncated_one()
         assert ((freq - p.double()).abs() <= 4 * se + 1e-12).all(), (params, freq, p)
         want = torch.log_softmax(logits[0] / params.temperature, -1)[tok]
         assert torch.allclose(lp, want)
+
+
+def test_compaction_moves_only_the_live_rows_behind_the_front_into_the_ended_rows_slots():
+    B, H, S, D, filled = 6, 2, 5, 3, 3
+    K = torch.arange(B * H * S * D, dtype=torch.float32).view(B, H, S, D)
+    V = -K.clone()
+    before_K, before_V = K.clone(), V.clone()
+    done = torch.tensor([False, True, False, True, False, False])  # 4 live: rows 4 and 5 move to 1 and 3
+    order = _compact([(K, V)], done, filled)
+    assert order.tolist() == [0, 4, 2, 5]
+    for new, old in enumerate(order.tolist()):  # the first 4 rows hold the live rows' filled positions
+        assert torch.equal(K[new, :, :filled], before_K[old, :, :filled])
+        assert torch.equal(V[new, :, :filled], before_V[old, :, :filled])
+    for row in (0, 2, 4, 5):  # rows not written: the live rows in place, and the movers' old slots
+        assert torch.equal(K[row], before_K[row])
+    for row in (1, 3):  # unfilled positions are not copied (the decode writes them before reading)
+        assert torch.equal(K[row, :, filled:], before_K[row, :, filled:])
+    none_done = torch.zeros(3, dtype=torch.bool)
+    assert _compact([(K[:3], V[:3])], none_done, filled).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (6, 1)])
+def test_one_query_attention_equals_sdpa_with_its_mask(heads, kv_heads):
+    g = torch.Generator().manual_seed(0)
+    b, L, hd = 3, 7, 8
+    q = torch.randn(b, heads, hd, generator=g)
+    K, V = torch.randn(b, kv_heads, L, hd, generator=g), torch.randn(b, kv_heads, L, hd, generator=g)
+    am = torch.zeros(b, 1, 1, L)
+    am[0, ..., :2] = float("-inf")  # a left-padded row
+    ref = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], K, V, attn_mask=am,
+                                                           enable_gqa=kv_heads != heads)[:, :, 0]
+    assert torch.allclose(_attend(q, K, V, am), ref, atol=1e-6)
