@@ -8,7 +8,7 @@ import torch
 
 from agentrl.config import AlgoConfig, LearnerConfig
 from agentrl.models import load_causal_lm, load_tokenizer
-from agentrl.training.buckets import length_buckets, padded_tokens
+from agentrl.training.buckets import bucket_tokens, length_buckets, padded_tokens
 from agentrl.training.experience import Experience
 from agentrl.training.learner import PolicyLearner
 from agentrl.types import Segment, Trajectory
@@ -24,6 +24,26 @@ def test_length_buckets_hand_computed():
     assert length_buckets([5], 0) == [[0]]
 
 
+def test_shared_prompts_cost_once_per_bucket_hand_computed():
+    # two groups of two rows, prompts of 30 tokens; responses 10 and 2 tokens in each group
+    lengths = [40, 32, 40, 32]
+    prompts = [(0, 30), (0, 30), (1, 30), (1, 30)]
+    # one bucket: 2 distinct prompts x 30 + 4 rows x 10 = 100
+    assert bucket_tokens(lengths, [0, 1, 2, 3], prompts) == 100
+    # by length: {0, 2} and {1, 3} each hold both prompts: 2 x (2 x 30) + 2 x 10 + 2 x 2 = 144 > 100
+    assert padded_tokens(lengths, [[0, 2], [1, 3]], prompts) == 144
+    assert length_buckets(lengths, 0, prompts=prompts) == [[0, 1, 2, 3]]
+    # without shared prompts the same split pays (2 x 40 + 2 x 32 = 144 < 4 x 40 = 160)
+    assert length_buckets(lengths, 0) == [[0, 2], [1, 3]]
+    # short prompts: the split pays again, 2 x (2 x 3) + 2 x 10 + 2 x 2 = 36 < 2 x 3 + 4 x 10 = 46
+    short = [13, 5, 13, 5]
+    prompts3 = [(0, 3), (0, 3), (1, 3), (1, 3)]
+    assert length_buckets(short, 0, prompts=prompts3) == [[0, 2], [1, 3]]
+    assert length_buckets(short, 10, prompts=prompts3) == [[0, 1, 2, 3]]  # 36 + 10 = 46: fewer buckets win
+    # distinct prompts are padded to the bucket's longest: 2 x 7 + 2 x max(10, 4)
+    assert bucket_tokens([17, 7], [0, 1], [(0, 7), (1, 3)]) == 34
+
+
 def test_length_buckets_cover_every_row_once_and_never_cost_more():
     g = torch.Generator().manual_seed(0)
     for n in (3, 17, 64, 300):
@@ -32,6 +52,11 @@ def test_length_buckets_cover_every_row_once_and_never_cost_more():
             buckets = length_buckets(lengths, overhead)
             assert sorted(i for b in buckets for i in b) == list(range(n))
             assert padded_tokens(lengths, buckets) + overhead * (len(buckets) - 1) <= n * max(lengths)
+            prompts = [(i // 8, 1 + i // 8 % 5) for i in range(n)]
+            buckets = length_buckets(lengths, overhead, prompts=prompts)
+            assert sorted(i for b in buckets for i in b) == list(range(n))
+            cost = padded_tokens(lengths, buckets, prompts) + overhead * (len(buckets) - 1)
+            assert cost <= bucket_tokens(lengths, list(range(n)), prompts)
 
 
 @pytest.fixture(scope="module")

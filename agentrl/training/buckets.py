@@ -13,10 +13,14 @@ from collections.abc import Sequence
 CANDIDATES = 16  # cut points considered: every 1/16 of the sorted rows
 
 
-def length_buckets(lengths: Sequence[int], overhead_tokens: int, max_buckets: int = 8) -> list[list[int]]:
-    """Row indices per bucket, minimising padded tokens + ``overhead_tokens`` per extra bucket.
+def length_buckets(lengths: Sequence[int], overhead_tokens: int, max_buckets: int = 8,
+                   prompts: Sequence[tuple[int, int]] | None = None) -> list[list[int]]:
+    """Row indices per bucket, minimising the buckets' tokens + ``overhead_tokens`` per extra bucket.
 
-    ``lengths`` are the rows' token counts. Rows are sorted longest first and cut only at every
+    ``lengths`` are the rows' token counts. A bucket costs ``rows x its longest row``; with ``prompts``
+    (per row: its group id and prompt length, when rows sharing a prompt run it once) it costs its
+    distinct prompts once each plus ``rows x its longest response`` (``bucket_tokens``), so a group
+    split over two buckets pays its prompt twice. Rows are sorted longest first and cut only at every
     ``len/16`` rows (dynamic programming over those cut points, at most ``max_buckets`` buckets), so
     the cost is negligible. Returns one bucket with every row when splitting would not pay.
     """
@@ -24,10 +28,11 @@ def length_buckets(lengths: Sequence[int], overhead_tokens: int, max_buckets: in
     if n < 2 or overhead_tokens < 0:
         return [list(range(n))]
     order = sorted(range(n), key=lambda i: -lengths[i])
-    srt = [lengths[i] for i in order]
     step = max(1, -(-n // CANDIDATES))
     cuts = list(range(0, n, step)) + [n]
     m = len(cuts)
+    cost = [[bucket_tokens(lengths, order[cuts[i]:cuts[j]], prompts) if i < j else 0 for j in range(m)]
+            for i in range(m)]
     inf = float("inf")
     # best[k][j]: least cost of the first cuts[j] sorted rows in k buckets
     best = [[inf] * m for _ in range(max_buckets + 1)]
@@ -38,7 +43,7 @@ def length_buckets(lengths: Sequence[int], overhead_tokens: int, max_buckets: in
             for i in range(j):
                 if best[k - 1][i] == inf:
                     continue
-                c = best[k - 1][i] + (cuts[j] - cuts[i]) * srt[cuts[i]] + (overhead_tokens if k > 1 else 0)
+                c = best[k - 1][i] + cost[i][j] + (overhead_tokens if k > 1 else 0)
                 if c < best[k][j]:
                     best[k][j], back[k][j] = c, i
     k = min(range(1, max_buckets + 1), key=lambda kk: best[kk][m - 1])
@@ -50,6 +55,21 @@ def length_buckets(lengths: Sequence[int], overhead_tokens: int, max_buckets: in
     return [sorted(order[a:b]) for a, b in reversed(bounds)]
 
 
-def padded_tokens(lengths: Sequence[int], buckets: Sequence[Sequence[int]]) -> int:
-    """Tokens the buckets cost once each is trimmed to its longest row."""
-    return sum(len(b) * max(lengths[i] for i in b) for b in buckets if b)
+def bucket_tokens(lengths: Sequence[int], rows: Sequence[int], prompts: Sequence[tuple[int, int]] | None = None
+                  ) -> int:
+    """Tokens one bucket of ``rows`` costs once trimmed: ``rows x longest row``, or with ``prompts``
+    ((group id, prompt length) per row) ``distinct prompts x longest prompt + rows x longest response``,
+    as ``agentrl.training.packing.shared_prefix_logprobs`` runs them."""
+    if not rows:
+        return 0
+    if prompts is None:
+        return len(rows) * max(lengths[i] for i in rows)
+    distinct = {prompts[i] for i in rows}  # the shared-prompt forward pads them to the longest
+    return (len(distinct) * max(p for _, p in distinct)
+            + len(rows) * max(lengths[i] - prompts[i][1] for i in rows))
+
+
+def padded_tokens(lengths: Sequence[int], buckets: Sequence[Sequence[int]],
+                  prompts: Sequence[tuple[int, int]] | None = None) -> int:
+    """Tokens the buckets cost once each is trimmed (``bucket_tokens`` summed)."""
+    return sum(bucket_tokens(lengths, b, prompts) for b in buckets)
