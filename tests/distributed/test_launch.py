@@ -10,14 +10,17 @@ from agentrl.config import ActorGroupConfig
 from agentrl.distributed.launch import GROUP_ENV, ActorGroup, group_options
 
 
-class EnvProbe:
-    """Reports its process's environment."""
+def env_probe() -> type:
+    """An actor class reporting its process's environment (local, so Ray ships it by value)."""
 
-    def __init__(self, *, rank: int, world_size: int, threads: int) -> None:
-        self.rank = rank
+    class EnvProbe:
+        def __init__(self, *, rank: int, world_size: int, threads: int) -> None:
+            self.rank = rank
 
-    def env(self, names: list[str]) -> dict[str, str | None]:
-        return {n: os.environ.get(n) for n in names}
+        def env(self, names: list[str]) -> dict[str, str | None]:
+            return {n: os.environ.get(n) for n in names}
+
+    return EnvProbe
 
 
 @pytest.mark.slow
@@ -25,7 +28,7 @@ def test_engines_get_one_malloc_arena_and_keep_the_job_environment(ray_cluster, 
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     names = ["MALLOC_ARENA_MAX", "AGENTRL_CACHE"]
     spec = ActorGroupConfig(num=1, cpus=0.25)
-    engines, policy = ActorGroup(EnvProbe, spec, "engines"), ActorGroup(EnvProbe, spec, "policy")
+    engines, policy = ActorGroup(env_probe(), spec, "engines"), ActorGroup(env_probe(), spec, "policy")
     try:
         (seen,) = engines.call("env", names)
         (plain,) = policy.call("env", names)
