@@ -8,9 +8,21 @@ import torch
 
 from agentrl.config import AlgoConfig, LearnerConfig
 from agentrl.models import load_causal_lm, load_tokenizer
-from agentrl.training.buckets import bucket_tokens, length_buckets, padded_tokens
+from agentrl.training.buckets import (
+    bucket_tokens,
+    cache_sized_tokens,
+    fit_calls,
+    length_buckets,
+    padded_tokens,
+)
 from agentrl.training.experience import Experience
-from agentrl.training.learner import PolicyLearner
+from agentrl.training.learner import (
+    PolicyLearner,
+    batched_logprobs,
+    call_rows,
+    call_token_cap,
+    sequence_logprobs,
+)
 from agentrl.types import Segment, Trajectory
 
 
@@ -59,6 +71,48 @@ def test_length_buckets_cover_every_row_once_and_never_cost_more():
             assert cost <= bucket_tokens(lengths, list(range(n)), prompts)
 
 
+def test_fit_calls_hand_computed():
+    lengths = [10, 9, 10, 2, 8]
+    # one bucket of 5 rows x 10 = 50 tokens; at most 20 per call: ceil(50 / 20) = 3 pieces of
+    # 1, 2 and 2 rows, longest first (rows 0, 2 | 1, 4 | 3 by length)
+    assert fit_calls(lengths, [[0, 1, 2, 3, 4]], 20) == [[0], [1, 2], [3, 4]]
+    assert padded_tokens(lengths, fit_calls(lengths, [[0, 1, 2, 3, 4]], 20)) == 10 + 20 + 16
+    # buckets within the cap, single rows and no cap are left alone
+    assert fit_calls(lengths, [[0, 2], [1, 3, 4]], 30) == [[0, 2], [1, 3, 4]]
+    assert fit_calls([50], [[0]], 10) == [[0]]
+    assert fit_calls(lengths, [[0, 1, 2, 3, 4]], 0) == [[0, 1, 2, 3, 4]]
+    # shared prompts of 30 tokens, responses 10 and 2: by length each piece holds both prompts
+    # (2 x (2 x 30) + 2 x 10 + 2 x 2 = 144); whole groups cost 2 x (30 + 2 x 10) = 100
+    lengths, prompts = [40, 32, 40, 32], [(0, 30), (0, 30), (1, 30), (1, 30)]
+    assert fit_calls(lengths, [[0, 1, 2, 3]], 60, prompts) == [[0, 1], [2, 3]]
+    assert fit_calls(lengths, [[0, 1, 2, 3]], 80) == [[0, 2], [1, 3]]  # no prompts: 160 tokens, 2 pieces
+
+
+def test_fit_calls_cover_every_row_once_within_the_cap():
+    g = torch.Generator().manual_seed(1)
+    for n in (2, 17, 64, 300):
+        lengths = torch.randint(1, 200, (n,), generator=g).tolist()
+        for cap in (150, 1000, 5000):
+            calls = fit_calls(lengths, length_buckets(lengths, 64), cap)
+            assert sorted(i for c in calls for i in c) == list(range(n))
+            # even pieces of length-sorted rows: each within the cap plus one row of the longest
+            assert all(bucket_tokens(lengths, c) <= cap + max(lengths) for c in calls)
+
+
+def test_cache_sized_tokens_and_the_learner_cap(tiny):
+    assert cache_sized_tokens(512) == 2048                  # 2048 x 512 x 4 bytes = 4 MiB
+    assert cache_sized_tokens(1536) == 682                  # SmolLM2-135M's MLP width
+    assert cache_sized_tokens(1536, itemsize=2) == 1365     # bf16 holds twice the tokens
+    assert cache_sized_tokens(10**6) == 256                 # never below the floor
+    with pytest.raises(ValueError, match="positive"):
+        cache_sized_tokens(0)
+    model, _ = tiny
+    assert call_token_cap(model) == cache_sized_tokens(model.config.intermediate_size)
+    assert call_token_cap(model, 0) == 0 and call_token_cap(model, 777) == 777
+    with pytest.raises(ValueError, match="learner.call_tokens must be -1"):
+        call_token_cap(model, -2)
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_arith):
     path, _ = tiny_arith
@@ -88,24 +142,40 @@ def test_bucketed_update_has_the_one_batch_gradient(tiny, shared_prefix, loss_ag
     exp = uneven_batch(tok)
     exp.old_logprobs = exp.action_mask * -0.5  # off the current policy: ratios and clipping take part
     results = []
-    for overhead in (-1, 0):
+    for overhead, cap in ((-1, 0), (0, 0), (64, 60)):  # one call; length buckets; buckets cut to 60 tokens
         m = copy.deepcopy(model)
         learner = PolicyLearner(m, LearnerConfig(grad_clip=0.0, shared_prefix=shared_prefix),
                                 AlgoConfig(loss_agg=loss_agg), max_new_tokens=40)
-        learner.bucket_overhead_tokens = overhead
+        learner.bucket_overhead_tokens, learner.call_tokens = overhead, cap
         learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # parameters move by exactly -grad
         learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
         parts = learner.micro_batches(exp)
         assert (len(parts) == 1) == (overhead < 0)
+        assert cap == 0 or len(parts) > len(call_rows(exp, overhead, 0, shared_prefix))
         before = [p.detach().clone() for p in m.parameters()]
         metrics = learner.train_step(exp)
         grads = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, m.parameters())])
-        results.append((grads, metrics))
-    (g0, m0), (g1, m1) = results
+        results.append((grads, metrics, parts))
+    g0, m0, _ = results[0]
     assert g0.abs().max() > 0
-    torch.testing.assert_close(g1, g0, atol=1e-6, rtol=1e-5)
-    for key in ("policy_loss", "entropy", "clipfrac", "ratio"):
-        assert m1[key] == pytest.approx(m0[key], abs=1e-6), key
+    for g1, m1, _ in results[1:]:
+        torch.testing.assert_close(g1, g0, atol=1e-6, rtol=1e-5)
+        for key in ("policy_loss", "entropy", "clipfrac", "ratio"):
+            assert m1[key] == pytest.approx(m0[key], abs=1e-6), key
     # the buckets cost fewer tokens than the padded batch
     lengths = exp.attention_mask.sum(-1).tolist()
     assert padded_tokens(lengths, length_buckets(lengths, 0)) < len(lengths) * max(lengths)
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_scoring_in_calls_gives_the_one_batch_logprobs(tiny, shared_prefix):
+    model, tok = tiny
+    exp = uneven_batch(tok)
+    mask = exp.action_mask
+    with torch.no_grad():
+        whole, _ = sequence_logprobs(model, exp.sequences, exp.attention_mask)
+    whole = whole[:, :mask.shape[1]] * mask
+    assert len(call_rows(exp, call_tokens=60, shared_prefix=shared_prefix)) > len(call_rows(exp)) > 1
+    for micro_batch_size, call_tokens in ((64, 0), (64, 60), (5, 60)):
+        out = batched_logprobs(model, exp, micro_batch_size, shared_prefix=shared_prefix, call_tokens=call_tokens)
+        torch.testing.assert_close(out * mask, whole, atol=1e-5, rtol=1e-5)

@@ -213,6 +213,10 @@ class LearnerConfig:
     """Instead of micro_batch_size: micro-batches of about this many tokens, groups kept whole (0 = off)."""
     shared_prefix: bool = True
     """Run a prompt shared by a group's samples once in the learner's forward/backward (same gradients)."""
+    call_tokens: int = -1
+    """Most padded tokens in one forward/backward call: a longer length bucket is cut into pieces (same
+    gradients). -1 = auto: on CPU, calls whose widest activation (tokens x MLP width) fits 4 MiB, which the
+    caches keep (``agentrl.training.buckets.cache_sized_tokens``); no cap on GPU. 0 = no cap."""
     mini_batch_size: int = 0
     """Samples per optimizer step (0 = the whole batch: one step per batch)."""
     ppo_epochs: int = 1

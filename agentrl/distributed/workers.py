@@ -208,7 +208,7 @@ def make_reference(cfg: RunConfig, model_path: str) -> Any:
 
     model = load_causal_lm(model_path, dtype=cfg.model.dtype, device=cfg.model.device,
                            trust_remote_code=cfg.model.trust_remote_code)
-    return FrozenModel(model, cfg.learner.micro_batch_size, cfg.rollout.temperature)
+    return FrozenModel(model, cfg.learner.micro_batch_size, cfg.rollout.temperature, call_tokens=cfg.learner.call_tokens)
 
 
 def make_critic(cfg: RunConfig, model_path: str) -> Any:

@@ -73,3 +73,46 @@ def padded_tokens(lengths: Sequence[int], buckets: Sequence[Sequence[int]],
                   prompts: Sequence[tuple[int, int]] | None = None) -> int:
     """Tokens the buckets cost once each is trimmed (``bucket_tokens`` summed)."""
     return sum(bucket_tokens(lengths, b, prompts) for b in buckets)
+
+
+def fit_calls(lengths: Sequence[int], buckets: Sequence[Sequence[int]], max_tokens: int,
+              prompts: Sequence[tuple[int, int]] | None = None) -> list[list[int]]:
+    """Cut each bucket costing more than ``max_tokens`` (``bucket_tokens``) into ``ceil(cost / max_tokens)``
+    pieces of about equal rows, so every forward/backward call's activations stay cache-sized.
+
+    Pieces are consecutive rows by length (longest first) or, with ``prompts``, whole groups when that
+    costs fewer tokens (a group split over two pieces pays its prompt twice). ``max_tokens <= 0``: no cut.
+    """
+    out: list[list[int]] = []
+    for bucket in buckets:
+        cost = bucket_tokens(lengths, bucket, prompts)
+        if max_tokens <= 0 or cost <= max_tokens or len(bucket) < 2:
+            out.append(list(bucket))
+            continue
+        k = min(len(bucket), -(-cost // max_tokens))
+        orders = [sorted(bucket, key=lambda i: -lengths[i])]
+        if prompts is not None:
+            orders.append(sorted(bucket, key=lambda i: (prompts[i], -lengths[i])))
+        pieces = min((_even_pieces(o, k) for o in orders), key=lambda ps: padded_tokens(lengths, ps, prompts))
+        out += [sorted(p) for p in pieces]
+    return out
+
+
+def _even_pieces(rows: Sequence[int], k: int) -> list[list[int]]:
+    """``rows`` in ``k`` consecutive pieces whose sizes differ by at most one."""
+    n = len(rows)
+    bounds = [n * j // k for j in range(k + 1)]
+    return [list(rows[bounds[j]:bounds[j + 1]]) for j in range(k) if bounds[j] < bounds[j + 1]]
+
+
+CACHE_BYTES = 4 * 2**20
+"""Bytes of one activation a CPU forward/backward call keeps in cache (``cache_sized_tokens``)."""
+
+
+def cache_sized_tokens(width: int, itemsize: int = 4, cache_bytes: int = CACHE_BYTES, floor: int = 256) -> int:
+    """Tokens per call whose widest activation (tokens x ``width`` elements of ``itemsize`` bytes) fits
+    ``cache_bytes``, at least ``floor``: 2,048 for the demo model (MLP width 512, float32), 682 for
+    SmolLM2-135M (1,536). Past that the matmuls and elementwise ops stream their operands from memory."""
+    if width <= 0 or itemsize <= 0:
+        raise ValueError(f"width and itemsize must be positive, got {width} and {itemsize}")
+    return max(floor, cache_bytes // (width * itemsize))

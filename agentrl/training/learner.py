@@ -25,7 +25,7 @@ from agentrl.algorithms import (
     sapo_loss,
 )
 from agentrl.config import AlgoConfig, LearnerConfig
-from agentrl.training.buckets import length_buckets
+from agentrl.training.buckets import cache_sized_tokens, fit_calls, length_buckets
 from agentrl.training.experience import Experience
 from agentrl.training.packing import (
     CHUNK_TOKENS,
@@ -68,18 +68,42 @@ def shared_prompts(exp: Experience, enabled: bool = True) -> torch.Tensor | None
     return prompt_lengths(exp.action_mask, exp.attention_mask) if enabled else None
 
 
+BUCKET_OVERHEAD_TOKENS = 64
+"""A length bucket is split off when it saves more tokens than this (-1: never split): a forward/backward
+call's fixed cost, ~30 tokens of the tiny model's compute, under 2 of SmolLM2's."""
+
+
+def call_rows(exp: Experience, overhead_tokens: int = BUCKET_OVERHEAD_TOKENS, call_tokens: int = 0,
+              shared_prefix: bool = True) -> list[list[int]]:
+    """Row indices of each forward call over ``exp``: its length buckets (``length_buckets``; one call when
+    ``overhead_tokens < 0``), each cut to at most ``call_tokens`` padded tokens (``fit_calls``; 0: no cut).
+    With ``shared_prefix`` a bucket pays each distinct prompt once."""
+    if overhead_tokens < 0:
+        return [list(range(len(exp)))]
+    lengths = exp.attention_mask.sum(-1).tolist()
+    prompts = None
+    if shared_prefix:  # rows sharing a prompt run it once per call
+        lens = prompt_lengths(exp.action_mask, exp.attention_mask).tolist()
+        prompts = list(zip(exp.group_ids.tolist(), lens))
+    return fit_calls(lengths, length_buckets(lengths, overhead_tokens, prompts=prompts), call_tokens, prompts)
+
+
 @torch.no_grad()
 def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, temperature: float = 1.0,
-                     shared_prefix: bool = True) -> torch.Tensor:
-    """``sequence_logprobs`` over an Experience in micro-batches, without gradients: (B,A)."""
+                     shared_prefix: bool = True, call_tokens: int = 0) -> torch.Tensor:
+    """``sequence_logprobs`` over an Experience without gradients: (B,A). Each micro-batch of
+    ``micro_batch_size`` rows runs as its length buckets, cut to ``call_tokens`` (``call_rows``)."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(exp.action_mask)
     for start in range(0, len(exp), max(1, micro_batch_size)):
-        part = exp.select(slice(start, start + micro_batch_size)).trim()
-        lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature,
-                                  prompt_lens=shared_prompts(part, shared_prefix))
-        out[start:start + len(part), :lp.shape[1]] = lp
+        micro = exp.select(slice(start, start + micro_batch_size))
+        for rows in call_rows(micro, call_tokens=call_tokens, shared_prefix=shared_prefix):
+            index = torch.tensor(rows, device=exp.action_mask.device)
+            part = micro.select(index).trim()
+            lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature,
+                                      prompt_lens=shared_prompts(part, shared_prefix))
+            out[start + index, :lp.shape[1]] = lp
     model.train(was_training)
     return out
 
@@ -92,8 +116,9 @@ class FrozenModel:
     """
 
     def __init__(self, model: Any, micro_batch_size: int, temperature: float = 1.0, shared_prefix: bool = True,
-                 disable_adapters: bool = False) -> None:
+                 disable_adapters: bool = False, call_tokens: int = -1) -> None:
         self.model = model
+        self.call_tokens = call_token_cap(model, call_tokens)
         self.disable_adapters = disable_adapters
         if not disable_adapters:
             model.eval()
@@ -107,7 +132,8 @@ class FrozenModel:
         from agentrl.training.lora import adapters_disabled
 
         with adapters_disabled(self.model) if self.disable_adapters else contextlib.nullcontext():
-            return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix)
+            return batched_logprobs(self.model, exp, self.micro_batch_size, self.temperature, self.shared_prefix,
+                                    self.call_tokens)
 
 
 def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, algo: AlgoConfig,
@@ -157,12 +183,25 @@ def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: in
     return opt, sched
 
 
+def call_token_cap(model: Any, call_tokens: int = -1) -> int:
+    """``learner.call_tokens`` resolved for ``model``: -1 (auto) is ``cache_sized_tokens`` of its MLP width
+    and dtype on CPU and 0 (no cap) on GPU or when the config names no width; 0 and positive values stay."""
+    if call_tokens < -1:
+        raise ValueError(f"learner.call_tokens must be -1 (auto), 0 (no cap) or a token count, got {call_tokens}")
+    if call_tokens >= 0:
+        return call_tokens
+    param = next(model.parameters(), None)
+    config = getattr(model, "config", None)
+    width = getattr(config, "intermediate_size", None) or 4 * (getattr(config, "hidden_size", 0) or 0)
+    if param is None or param.device.type != "cpu" or not isinstance(width, int) or width <= 0:
+        return 0
+    return cache_sized_tokens(width, param.element_size())
+
+
 class PolicyLearner:
     """Holds the policy, its optimizer and scheduler; ``train_step`` runs PPO-style epochs."""
 
-    # a length bucket is split off when it saves more tokens than this (-1: never split): a forward/
-    # backward call's fixed cost, ~30 tokens of the tiny model's compute, under 2 of SmolLM2's
-    bucket_overhead_tokens = 64
+    bucket_overhead_tokens = BUCKET_OVERHEAD_TOKENS
 
     def __init__(self, model: Any, learner: LearnerConfig, algo: AlgoConfig, *, temperature: float = 1.0,
                  max_new_tokens: int | None = None) -> None:
@@ -176,10 +215,12 @@ class PolicyLearner:
         self.optimizer, self.scheduler = make_optimizer(
             [p for p in model.parameters() if p.requires_grad], learner.lr, learner.weight_decay,
             learner.warmup_steps)
+        self.call_tokens = call_token_cap(model, learner.call_tokens)
 
     def logprobs(self, exp: Experience) -> torch.Tensor:
         """Current policy log-probs of ``exp`` without gradients (B,A)."""
-        return batched_logprobs(self.model, exp, self.cfg.micro_batch_size, self.temperature, self.cfg.shared_prefix)
+        return batched_logprobs(self.model, exp, self.cfg.micro_batch_size, self.temperature, self.cfg.shared_prefix,
+                                self.call_tokens)
 
     def needs_old_logprobs(self, batch_size: int) -> bool:
         """Old log-probs must be computed only when a batch gets more than one optimizer step;
@@ -225,24 +266,18 @@ class PolicyLearner:
     def micro_batches(self, mini: Experience) -> list[Experience]:
         """``micro_batch_size`` consecutive samples, or with ``micro_batch_tokens`` groups partitioned into
         micro-batches of about that many tokens (Karmarkar–Karp); each then cut into length buckets
-        (``agentrl.training.buckets``) so padding is not trained on. The gradient is the same either way."""
+        (``agentrl.training.buckets``) so padding is not trained on, and a bucket over ``call_tokens`` into
+        cache-sized pieces (``fit_calls``). The gradient is the same either way."""
         if self.cfg.micro_batch_tokens <= 0:
             micros = mini.split(self.cfg.micro_batch_size)
         else:
             parts = token_balanced_micro_batches(mini.attention_mask.sum(-1).tolist(), mini.group_ids.tolist(),
                                                  self.cfg.micro_batch_tokens)
             micros = [mini.select(torch.tensor(p)) for p in parts]
-        if self.bucket_overhead_tokens < 0:
-            return micros
         out = []
         for micro in micros:
-            prompts = None
-            if self.cfg.shared_prefix:  # rows sharing a prompt run it once per bucket
-                lens = prompt_lengths(micro.action_mask, micro.attention_mask).tolist()
-                prompts = list(zip(micro.group_ids.tolist(), lens))
-            buckets = length_buckets(micro.attention_mask.sum(-1).tolist(), self.bucket_overhead_tokens,
-                                     prompts=prompts)
-            out += [micro] if len(buckets) == 1 else [micro.select(torch.tensor(b)) for b in buckets]
+            calls = call_rows(micro, self.bucket_overhead_tokens, self.call_tokens, self.cfg.shared_prefix)
+            out += [micro] if len(calls) == 1 else [micro.select(torch.tensor(c)) for c in calls]
         return out
 
     def _clip_and_step(self) -> float:

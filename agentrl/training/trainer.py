@@ -363,10 +363,10 @@ class Trainer:
         """A frozen copy of the initial policy, when the KL is used (``.logprobs(exp) -> (B,A)``)."""
         if self.cfg.algo.kl_mode == "none":
             return None
+        kw = dict(temperature=self.cfg.rollout.temperature, call_tokens=self.cfg.learner.call_tokens)
         if is_lora(self.model):  # the base weights themselves, scored with the adapters off
-            return FrozenModel(self.model, self.cfg.learner.micro_batch_size, self.cfg.rollout.temperature,
-                               disable_adapters=True)
-        return FrozenModel(copy.deepcopy(self.model), self.cfg.learner.micro_batch_size, self.cfg.rollout.temperature)
+            return FrozenModel(self.model, self.cfg.learner.micro_batch_size, disable_adapters=True, **kw)
+        return FrozenModel(copy.deepcopy(self.model), self.cfg.learner.micro_batch_size, **kw)
 
     def build_critic(self) -> Any:
         """The value model for ``gae`` (``.values(exp)``, ``.train_step(exp)``); None otherwise."""
