@@ -7,8 +7,9 @@ half response, distinct prompts, one micro-batch), AdamW step included. Each arm
 process (one at a time), so its peak resident memory (``ru_maxrss``) is its own; the table shows it
 and the peak minus the resident memory just before the update (model, tokenizer and batch loaded),
 which is what the update itself added: activations, logits, gradients and the optimizer states.
-Arms: ``full-logits`` (``chunk_tokens=0``: the (B,T,V) logits), ``chunked`` (the default chunks of
-``CHUNK_TOKENS``), ``checkpointed`` (chunked + ``learner.gradient_checkpointing``: decoder layers
+Arms: ``full-logits`` (``chunk_tokens=0``: the (B,T,V) logits), ``one-call`` (the default chunks of
+``CHUNK_TOKENS``, the whole micro-batch in one forward/backward: ``learner.call_tokens=0``), ``chunked``
+(the defaults: chunks, and calls cut to ``learner.call_tokens`` = auto, 682 tokens for SmolLM2 on CPU), ``checkpointed`` (chunked + ``learner.gradient_checkpointing``: decoder layers
 recomputed in the backward), ``lora`` (chunked, rank-8 adapters on every linear layer),
 ``lora-checkpointed`` (both).
 
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import time
 
-ARMS = ("full-logits", "chunked", "checkpointed", "lora", "lora-checkpointed")
+ARMS = ("full-logits", "one-call", "chunked", "checkpointed", "lora", "lora-checkpointed")
 
 
 def one_arm(arm: str, seqs: int, tokens: int) -> dict[str, float]:
@@ -71,7 +72,7 @@ def one_arm(arm: str, seqs: int, tokens: int) -> dict[str, float]:
              for i in range(seqs)]
     exp = Experience.from_trajectories(trajs, 0)
     exp.advantages = torch.randn(exp.action_mask.shape, generator=g) * exp.action_mask
-    cfg = LearnerConfig(lr=1e-5, micro_batch_size=seqs, shared_prefix=False,
+    cfg = LearnerConfig(lr=1e-5, micro_batch_size=seqs, shared_prefix=False, call_tokens=0 if arm == "one-call" else -1,
                         gradient_checkpointing=arm.endswith("checkpointed"))
     learner = learner_mod.PolicyLearner(model, cfg, AlgoConfig())
     rss_before = _rss_mb()

