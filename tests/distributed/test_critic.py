@@ -84,3 +84,17 @@ def test_ppo_with_critic_single_process(tiny_cfg):
         m = trainer.step()
         trainer.step_idx += 1
         assert math.isfinite(m["critic/value_loss"]) and math.isfinite(m["loss/policy_loss"])
+
+
+def test_cache_sized_calls_give_the_same_values_and_gradients(tiny_cfg):
+    from agentrl.training.learner import call_rows
+
+    a, vocab = make_critic(tiny_cfg, "learner.call_tokens=0")
+    b, _ = make_critic(tiny_cfg, "learner.call_tokens=12")
+    exp = with_returns(a, batch(vocab))
+    assert len(call_rows(exp, call_tokens=12, shared_prefix=False)) > len(call_rows(exp, shared_prefix=False)) == 1
+    torch.testing.assert_close(b.values(exp), exp.values, atol=1e-5, rtol=1e-5)
+    ma, mb = a.train_step(exp), b.train_step(exp)
+    assert math.isclose(ma["value_loss"], mb["value_loss"], rel_tol=1e-5)
+    for (n, p), q in zip(a.model.named_parameters(), b.model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=n)
