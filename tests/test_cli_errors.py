@@ -115,3 +115,10 @@ def test_reward_server_rejects_a_bad_port(capsys):
         main(["serve-reward", "--port", "99999"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "port 99999 is out of range" in err.strip().splitlines()[-1]
+
+
+def test_a_negative_call_tokens_is_one_line(capsys, tmp_path):
+    code, err = run_cli(capsys, "train", CONFIG, "learner.call_tokens=-5", "--run-dir", str(tmp_path / "r"))
+    line = one_line(err)
+    assert code == 2 and "learner.call_tokens: expected a token count > 0, 0 (no cap) or -1 (auto), got -5" in line
+    assert not (tmp_path / "r").exists()

@@ -190,7 +190,11 @@ accuracy by +0.32 without a correction and +0.65 with this cap (docs/async.md)."
 
 def resolve_auto(cfg: Any) -> Any:
     """Settings whose default depends on others, made explicit (the saved config shows the value):
-    ``algo.tis_cap = -1`` becomes 2.0 with ``rollout.async`` and 0 (off) otherwise."""
+    ``algo.tis_cap = -1`` becomes 2.0 with ``rollout.async`` and 0 (off) otherwise. (``learner.call_tokens
+    = -1`` depends on the model and device, so the learner resolves it; only its range is checked here.)"""
+    call_tokens = getattr(getattr(cfg, "learner", None), "call_tokens", -1)
+    if call_tokens < -1:
+        raise ConfigError(f"learner.call_tokens: expected a token count > 0, 0 (no cap) or -1 (auto), got {call_tokens!r}")
     algo = getattr(cfg, "algo", None)
     if algo is None or getattr(algo, "tis_cap", 0.0) >= 0:
         return cfg
