@@ -17,10 +17,12 @@ from gymnasium import spaces
 
 from agentrl.types import RewardResult, Task
 
-# Printable text: ASCII, Latin, Greek, maths symbols and more, plus the usual whitespace. Text
-# spaces need an explicit charset for anything beyond alphanumerics (gymnasium's trap).
+# Printable text: ASCII, Latin, Greek, maths symbols and more, every whitespace character (the
+# benchmarks hold no-break spaces and line separators, which Python does not call printable) and the
+# invisible formatting marks scraped text carries (zero-width spaces and joiners, soft hyphen, BOM).
+# Text spaces need an explicit charset for anything beyond alphanumerics (gymnasium's trap).
 TEXT_CHARSET = "".join(
-    ch for ch in map(chr, range(0x20, 0x3000)) if ch.isprintable()) + "\n\t"
+    ch for ch in map(chr, range(0x3001)) if ch.isprintable() or ch.isspace()) + "\u00ad\u200b\u200c\u200d\u2060\ufeff"
 MAX_TEXT = 1_000_000
 
 
