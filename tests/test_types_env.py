@@ -78,7 +78,8 @@ def test_garbage_actions_score_zero(action):
     env.reset(seed=0)
     assert env.step(action)[1] == 0.0
     env.reset(seed=0)
-    assert env.step(env.action_space.sample())[1] == 0.0
+    env.action_space.seed(0)  # a fixed random answer (an unseeded one could end in the gold number)
+    assert env.step(env.action_space.sample()[:2000])[1] == 0.0
 
 
 def test_import_agentrl_stays_light():
