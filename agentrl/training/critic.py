@@ -5,7 +5,7 @@ the hidden state of token ``t`` (the state before token ``t+1`` is generated), s
 ``action_mask`` (B,A). ``train_step(exp)`` fits the values to ``exp.returns`` (from GAE,
 ``agentrl.algorithms.gae``) with the clipped value loss (``agentrl.algorithms.value_loss``),
 normalised by the mini-batch's token count so the update does not depend on the micro-batch size.
-Both run each micro-batch as its length buckets, cut to ``learner.call_tokens`` (``call_rows``).
+Both run one forward per ``split_calls`` (length buckets cut to ``learner.call_tokens``).
 Used as an object in the single-process trainer and inside a Ray actor in the distributed one.
 """
 
@@ -21,7 +21,7 @@ from agentrl.algorithms import masked_mean, value_loss
 from agentrl.config import AlgoConfig, LearnerConfig, RunConfig
 from agentrl.models import DTYPES, resolve_device
 from agentrl.training.experience import Experience
-from agentrl.training.learner import call_rows, call_token_cap, make_optimizer
+from agentrl.training.learner import call_token_cap, make_optimizer, split_calls
 
 
 class ValueModel(nn.Module):
@@ -80,14 +80,10 @@ class Critic:
         was_training = self.model.training
         self.model.eval()
         out = torch.zeros_like(exp.action_mask)
-        size = max(1, self.cfg.micro_batch_size)
-        for start in range(0, len(exp), size):
-            micro = exp.select(slice(start, start + size))
-            for rows in call_rows(micro, call_tokens=self.call_tokens, shared_prefix=False):
-                index = torch.tensor(rows)
-                part = micro.select(index).trim().to(self.device)
-                v = self.model(part.sequences, part.attention_mask).cpu()
-                out[start + index, :v.shape[1]] = v * part.action_mask.cpu()
+        for index, part in split_calls(exp, self.cfg.micro_batch_size, self.call_tokens, shared_prefix=False):
+            part = part.trim().to(self.device)
+            v = self.model(part.sequences, part.attention_mask).cpu()
+            out[index, :v.shape[1]] = v * part.action_mask.cpu()
         self.model.train(was_training)
         return out
 
@@ -109,9 +105,7 @@ class Critic:
         num_tokens = max(mini.action_mask.sum().item(), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         acc = {"value_loss": 0.0, "values": 0.0, "returns": 0.0}
-        calls = [m.select(torch.tensor(rows)) for m in mini.split(self.cfg.micro_batch_size)
-                 for rows in call_rows(m, call_tokens=self.call_tokens, shared_prefix=False)]
-        for micro in calls:
+        for _, micro in split_calls(mini, self.cfg.micro_batch_size, self.call_tokens, shared_prefix=False):
             micro = micro.trim().to(self.device)
             mask = micro.action_mask
             v = self.model(micro.sequences, micro.attention_mask)

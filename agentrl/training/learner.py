@@ -88,22 +88,31 @@ def call_rows(exp: Experience, overhead_tokens: int = BUCKET_OVERHEAD_TOKENS, ca
     return fit_calls(lengths, length_buckets(lengths, overhead_tokens, prompts=prompts), call_tokens, prompts)
 
 
+def split_calls(exp: Experience, micro_batch_size: int, call_tokens: int = 0, shared_prefix: bool = True
+                ) -> list[tuple[torch.Tensor, Experience]]:
+    """(row indices into ``exp``, those rows) for each forward call: ``exp.split(micro_batch_size)``, each
+    micro-batch as its length buckets cut to ``call_tokens`` (``call_rows``)."""
+    out, start = [], 0
+    for micro in exp.split(micro_batch_size):
+        for rows in call_rows(micro, call_tokens=call_tokens, shared_prefix=shared_prefix):
+            index = torch.tensor(rows, dtype=torch.long, device=exp.action_mask.device)
+            out.append((start + index, micro.select(index)))
+        start += len(micro)
+    return out
+
+
 @torch.no_grad()
 def batched_logprobs(model: Any, exp: Experience, micro_batch_size: int, temperature: float = 1.0,
                      shared_prefix: bool = True, call_tokens: int = 0) -> torch.Tensor:
-    """``sequence_logprobs`` over an Experience without gradients: (B,A). Each micro-batch of
-    ``micro_batch_size`` rows runs as its length buckets, cut to ``call_tokens`` (``call_rows``)."""
+    """``sequence_logprobs`` over an Experience without gradients: (B,A), one call per ``split_calls``."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(exp.action_mask)
-    for start in range(0, len(exp), max(1, micro_batch_size)):
-        micro = exp.select(slice(start, start + micro_batch_size))
-        for rows in call_rows(micro, call_tokens=call_tokens, shared_prefix=shared_prefix):
-            index = torch.tensor(rows, device=exp.action_mask.device)
-            part = micro.select(index).trim()
-            lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature,
-                                      prompt_lens=shared_prompts(part, shared_prefix))
-            out[start + index, :lp.shape[1]] = lp
+    for index, part in split_calls(exp, micro_batch_size, call_tokens, shared_prefix):
+        part = part.trim()
+        lp, _ = sequence_logprobs(model, part.sequences, part.attention_mask, temperature=temperature,
+                                  prompt_lens=shared_prompts(part, shared_prefix))
+        out[index, :lp.shape[1]] = lp
     model.train(was_training)
     return out
 
