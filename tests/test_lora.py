@@ -172,3 +172,29 @@ def test_policy_weights_fold_every_adapted_module_the_embedding_included(tiny_ar
         assert (got[name] - base).abs().max() > 1e-4, name  # the delta is in
     for name, tensor in got.items():
         torch.testing.assert_close(tensor, want[name], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_lora_with_async_rollouts_gives_the_engine_a_plain_model_with_merged_weights(worker, tmp_path):
+    """rollout.async with LoRA: the engine holds a plain model (not a copy of the peft model, whose
+    names differ from the merged weights it is sent, and which would add the adapters' deltas twice):
+    three steps train, and with max_staleness 0 the engine's log-probs are the learner's."""
+    cfg = load_config(None, [*ARGS, "rollout.async=true", f"rollout.async_worker={worker}", "rollout.max_staleness=0",
+                             "algo.kl_mode=none", "algo.drop_zero_std_groups=false"])
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    try:
+        engine_model = trainer.engine.engine.model
+        assert not hasattr(engine_model, "peft_config") and not any(".lora_" in n for n, _ in
+                                                                     engine_model.named_parameters())
+        rows = [trainer.step() for _ in range(3)]
+    finally:
+        trainer.rollouts.close()
+    for r in rows:  # the batch of step s was generated with the weights of version s (merged once)
+        assert r["mismatch/logprob_abs_diff_max"] < 1e-3, r["mismatch/logprob_abs_diff_max"]
+    assert rows[-1]["staleness/max"] == 0
+    if worker == "thread":  # the engine takes the last staged weights at its next request
+        trainer.engine.generate([[1, 2, 3]], trainer.executor.params)
+        merged = dict(policy_weights(trainer.model))
+        for name, p in engine_model.named_parameters():
+            assert torch.allclose(p, merged[name], atol=1e-6), name

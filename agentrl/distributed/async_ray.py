@@ -81,21 +81,7 @@ class VersionedFleet(EngineFleet):
         self.version = 0
 
     def _generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        import ray
-
-        n = len(self.group.actors)
-        size = -(-len(prompt_token_ids) // n) if prompt_token_ids else 1
-        chunks = [prompt_token_ids[i:i + size] for i in range(0, len(prompt_token_ids), size)]
-        picks = [min(range(n), key=lambda k: self.in_flight[k]) for _ in chunks]
-        refs = []
-        for i, chunk in zip(picks, chunks):
-            self.in_flight[i] += len(chunk)
-            refs.append(self.group.actors[i].generate_versioned.remote(chunk, params))
-        try:
-            results = ray.get(refs)
-        finally:
-            for i, chunk in zip(picks, chunks):
-                self.in_flight[i] -= len(chunk)
+        results = self._spread("generate_versioned", prompt_token_ids, params)
         if results:
             self.version = min(v for _, v in results)
         return [c for part, _ in results for c in part]

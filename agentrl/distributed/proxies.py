@@ -115,6 +115,12 @@ class EngineFleet:
                 self.policy.call("reload")
 
     def _generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
+        return [c for part in self._spread("generate", prompt_token_ids, params) for c in part]
+
+    def _spread(self, method: str, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Any]:
+        """Call ``method(chunk, params)`` on the engines, one chunk of ``n`` each: a chunk goes to the
+        engine with the fewest prompts in flight, counted as soon as it is picked (so the chunks of
+        one request spread over the engines); the engines' results in the chunks' order."""
         import ray
 
         n = len(self.group.actors)
@@ -125,13 +131,12 @@ class EngineFleet:
             i = min(range(n), key=lambda k: self.in_flight[k])
             self.in_flight[i] += len(chunk)
             picks.append(i)
-            refs.append(self.group.actors[i].generate.remote(chunk, params))
+            refs.append(getattr(self.group.actors[i], method).remote(chunk, params))
         try:
-            results = ray.get(refs)
+            return ray.get(refs)
         finally:
             for i, chunk in zip(picks, chunks):
                 self.in_flight[i] -= len(chunk)
-        return [c for part in results for c in part]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Push weights held by the caller (one object-store copy read by every engine)."""

@@ -65,13 +65,24 @@ def resolve_model_path(cfg: RunConfig, env: TextEnv) -> str:
                               max_position_embeddings=t.max_position_embeddings, seed=cfg.data.seed))
 
 
-def make_engine(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str) -> Any:
-    """The rollout engine. ``hf`` shares the policy's model object (weight sync is free); ``auto`` picks
-    the faster for the model and batch (``agentrl.rollout.engines.choice``)."""
+def engine_kind(cfg: RunConfig, model: Any, *, local_async: bool = False) -> str:
+    """``hf`` or ``vllm``: ``rollout.engine`` with ``auto`` resolved for the model and batch. With
+    ``local_async`` (rollout.async in one process: the engine lives in a forked rollout process or
+    beside the learner, which vLLM cannot) ``auto`` takes ``hf`` and an explicit ``vllm`` is an error."""
     from agentrl.rollout.engines.choice import resolve_engine
 
-    batch = cfg.data.prompts_per_step * cfg.rollout.n_samples
-    if resolve_engine(cfg.rollout.engine, batch, model=model) == "hf":
+    kind = resolve_engine(cfg.rollout.engine, cfg.data.prompts_per_step * cfg.rollout.n_samples, model=model)
+    if kind == "vllm" and local_async:
+        if cfg.rollout.engine == "vllm":
+            raise ValueError("rollout.async with rollout.engine=vllm runs over Ray (cluster.mode=ray); here use hf")
+        return "hf"
+    return kind
+
+
+def make_engine(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, *, local_async: bool = False) -> Any:
+    """The rollout engine. ``hf`` shares the policy's model object (weight sync is free); ``auto`` picks
+    the faster for the model and batch (``agentrl.rollout.engines.choice``; see :func:`engine_kind`)."""
+    if engine_kind(cfg, model, local_async=local_async) == "hf":
         from agentrl.rollout.engines.hf import HFEngine
 
         return HFEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.rollout.chat_turns import closing_left, turn_closing
 from agentrl.rollout.engines.base import InferenceEngine, SamplingParams
 from agentrl.types import Segment
 
@@ -80,6 +81,7 @@ class PolicyServer:
         self._server: Any = None
         self.port = 0
         self.batch_wait_s = batch_wait_s
+        self._turn_closing: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "PolicyServer":
@@ -144,13 +146,16 @@ class PolicyServer:
         if not after.startswith(before):
             ep.rewritten += 1
             return self._encode(after)
-        reply = _content(ep.messages[-1])
-        closing = before[before.rindex(reply) + len(reply):] if reply and reply in before else ""
         last = [s for s in ep.segments if s.is_action][-1].token_ids[-1:]
         tail = self.tokenizer.decode(last) if last else ""
-        if tail and closing.startswith(tail):  # the policy generated the turn's end token itself
-            closing = closing[len(tail):]
+        closing = closing_left(self._closing(), tail, ep.last_finish)  # what the policy did not generate
         return self._encode(closing + after[len(before):])
+
+    def _closing(self) -> str:
+        """The chat template's text after an assistant reply (``agentrl.rollout.chat_turns``), once."""
+        if self._turn_closing is None:
+            self._turn_closing = turn_closing(self.tokenizer)
+        return self._turn_closing
 
     def _completion_delta(self, ep: Episode, prompt: str) -> list[int] | None:
         if not ep.completions:

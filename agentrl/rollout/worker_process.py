@@ -36,6 +36,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -116,13 +117,24 @@ def _fresh_sandbox() -> None:
 _INHERITED: list[Any] = []
 
 
-def _picklable(e: BaseException) -> BaseException:
-    """``e`` if it pickles, else a RuntimeError carrying its traceback."""
-    try:
-        pickle.dumps(e)
-        return e
-    except Exception:
-        return RuntimeError(f"rollout worker process: {''.join(traceback.format_exception(e)).strip()}")
+class RolloutProcessError(RuntimeError):
+    """An error of the rollout worker process whose own exception could not travel to the learner
+    (it does not pickle, or unpickle, or is a ``SystemExit``/``KeyboardInterrupt``): its traceback text."""
+
+
+def _for_learner(e: BaseException) -> BaseException:
+    """What the learner raises for ``e`` raised in this process: ``e`` itself, with the child's traceback
+    added as a note, when it is an ``Exception`` that survives a pickle round trip; otherwise a
+    :class:`RolloutProcessError` holding the traceback text (never an object the learner cannot load)."""
+    text = "".join(traceback.format_exception(e)).strip()
+    if isinstance(e, Exception):
+        try:
+            e.add_note(f"in the rollout worker process:\n{text}")
+            pickle.loads(pickle.dumps(e))
+            return e
+        except Exception:  # noqa: BLE001 - any failure to travel: send the text instead
+            pass
+    return RolloutProcessError(f"the rollout worker process raised:\n{text}")
 
 
 class ProcessRolloutWorker(ReadyBatches):
@@ -166,9 +178,11 @@ class ProcessRolloutWorker(ReadyBatches):
                 item: RolloutBatch | BaseException = self.produce()
                 if self.env_pool is not None:
                     item.metrics["env/max_running"] = float(self.env_pool.max_running)
-            except BaseException as e:  # handed to the learner
-                item = _picklable(e)
-            send.send(item)
+                data = ForkingPickler.dumps(item)  # what ``send`` would do, but a failure is caught here
+            except BaseException as e:  # handed to the learner (a batch that does not pickle too)
+                item = _for_learner(e)
+                data = ForkingPickler.dumps(item)
+            send.send_bytes(data)
             step += 1
             if isinstance(item, BaseException):
                 return
@@ -190,13 +204,23 @@ class ProcessRolloutWorker(ReadyBatches):
             torch.set_num_threads(self._threads - 1)
 
     def _receive(self) -> None:
-        """Take batches off the pipe as they come (the child never blocks on a full pipe)."""
+        """Take batches off the pipe as they come (the child never blocks on a full pipe). Whatever
+        cannot be read ends the stream with the reason as the learner's error, never a silent stop."""
         while True:
             try:
-                item = self._recv.recv()
+                data = self._recv.recv_bytes()
             except (EOFError, OSError):
                 break
+            try:
+                item = pickle.loads(data)
+            except BaseException as e:  # noqa: BLE001 - e.g. a class whose __init__ rejects its own args
+                self._put(RolloutProcessError(f"the rollout worker process sent {len(data)} bytes the learner "
+                                              f"could not unpickle: {type(e).__name__}: {e}"))
+                self._stop.set()
+                break
             self._put(item)
+            if isinstance(item, BaseException):
+                break
         with self._cv:
             self._ended = True
             self._cv.notify_all()
@@ -212,7 +236,11 @@ class ProcessRolloutWorker(ReadyBatches):
         if not self._ended:
             return None
         self._proc.join(timeout=5)
-        return f"the rollout worker process stopped (exit code {self._proc.exitcode})"
+        code = self._proc.exitcode
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            return f"the rollout worker process was killed by {name}"
+        return f"the rollout worker process stopped (exit code {code})"
 
     def close(self) -> None:
         """Stop the child (the batch in flight is dropped) and give the learner its core back."""

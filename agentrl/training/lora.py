@@ -74,6 +74,17 @@ def policy_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
         yield name.replace(".base_layer.", "."), tensor
 
 
+def plain_copy(model: Any) -> Any:
+    """A copy of the policy for an engine that holds its own weights (``rollout.async``): a plain model
+    under the Hugging Face names ``policy_weights`` gives, with the adapters merged into its weights
+    (a copy of a peft model would take merged weights under other names, then add its deltas again)."""
+    import copy
+
+    if not is_lora(model):
+        return copy.deepcopy(model)
+    return copy.deepcopy(model).merge_and_unload()
+
+
 def merged_model(model: Any) -> Any:
     """A plain model with the adapters merged into its weights (in place: call after training), or
     ``model`` itself when it has none."""

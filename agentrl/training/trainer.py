@@ -42,7 +42,14 @@ from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics, write_samples
 from agentrl.training.experience import Experience
 from agentrl.training.learner import FrozenModel, PolicyLearner
-from agentrl.training.lora import apply_lora, is_lora, load_adapter, parameter_report, policy_weights
+from agentrl.training.lora import (
+    apply_lora,
+    is_lora,
+    load_adapter,
+    parameter_report,
+    plain_copy,
+    policy_weights,
+)
 from agentrl.training.metrics import rollout_metrics
 from agentrl.training.scoring import remote_reward_client, reward_model_scorer, score_remote, score_unverified
 from agentrl.training.signals import stop_on_sigterm
@@ -75,8 +82,8 @@ class Trainer:
         self.critic = self.build_critic()
         self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
-        eval_engine = (make_engine(cfg, self.model, self.tokenizer, self.model_path)  # Ray: RayTrainer's eval fleet
-                       if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)
+        eval_engine = (make_engine(cfg, self.model, self.tokenizer, self.model_path, local_async=True)
+                       if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)  # Ray: RayTrainer's fleet
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
         self.learner = self.build_learner()
@@ -380,7 +387,8 @@ class Trainer:
         """The rollout engine; with rollout.async it holds its own copy of the weights, with their version."""
         if not self.cfg.rollout.async_:
             return make_engine(self.cfg, self.model, self.tokenizer, self.model_path)
-        return VersionedEngine(make_engine(self.cfg, copy.deepcopy(self.model), self.tokenizer, self.model_path))
+        return VersionedEngine(make_engine(self.cfg, plain_copy(self.model), self.tokenizer, self.model_path,
+                                           local_async=True))  # RayTrainer builds its engines as actors
 
     def build_rollouts(self) -> Any:
         """``produce()`` inline, or on a rollout worker (process) at most rollout.max_staleness versions ahead."""

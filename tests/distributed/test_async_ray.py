@@ -148,3 +148,42 @@ def test_async_run_over_ray_bounds_staleness_and_checkpoints_the_trained_positio
     assert sum(r["failed/dropped"] for r in rows) > 0
     assert any(r["staleness/max"] == 1 for r in rows)  # the rollout did run ahead
     assert any(r["mismatch/logprob_abs_diff_max"] > 1e-4 for r in rows[1:])  # engine one version behind
+
+
+class _Recorder:
+    """An engine stand-in actor: answers each prompt with its own rank (no model: the test is the dispatch)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def generate(self, prompts, params):
+        from agentrl.rollout.engines.base import Completion
+
+        return [Completion([self.rank]) for _ in prompts]
+
+    def generate_versioned(self, prompts, params):
+        return self.generate(prompts, params), 10 + self.rank
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_one_request_spreads_its_chunks_over_every_engine(ray_cluster, by_value, versioned):
+    """A request of 8 prompts on 4 engines sends 2 prompts to each (the versioned fleet once sent all 4
+    chunks to engine 0: it picked every chunk's engine before counting any in flight)."""
+    import ray
+
+    from agentrl.distributed.async_ray import VersionedFleet, _Handles
+    from agentrl.distributed.proxies import EngineFleet
+    from agentrl.rollout.engines.base import SamplingParams
+
+    actors = [ray.remote(num_cpus=0)(_Recorder).remote(k) for k in range(4)]
+    try:
+        group = _Handles("engines", actors)
+        fleet = VersionedFleet(group) if versioned else EngineFleet(group)
+        out = fleet.generate([[1, 2]] * 8, SamplingParams())
+        assert [c.token_ids[0] for c in out] == [0, 0, 1, 1, 2, 2, 3, 3]
+        assert fleet.in_flight == [0, 0, 0, 0]
+        if versioned:
+            assert fleet.version == 10  # the oldest engine's
+    finally:
+        for a in actors:
+            ray.kill(a)

@@ -159,3 +159,39 @@ def test_one_sft_and_one_dpo_step(smollm2, tmp_path):
     dpo = run_dpo(load_config(None, common + ["optim.lr=1e-5"], cls=DPOConfig), run_dir=tmp_path / "dpo")
     assert dpo["before"]["eval/margin"] == pytest.approx(0.0, abs=1e-5)
     assert dpo["steps"] == 1 and dpo["after"]["eval/margin"] > 0
+
+
+def test_chat_stitching_properties_hold_with_smollm2s_own_tokenizer(smollm2):
+    """tests/test_chat_stitching.py's properties with the real SmolLM2 tokenizer (its BPE, its special
+    tokens), whose chat template is the one the main tier uses as a string."""
+    import random
+
+    from agentrl.models import load_tokenizer
+    from agentrl.rollout.engines.base import SamplingParams
+    from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+    from tests.test_chat_stitching import (
+        CONVERSATIONS,
+        OBSERVATIONS,
+        ROLES,
+        SMOLLM2_TEMPLATE,
+        Scripted,
+        ScriptedTurnsEnv,
+        _check,
+        _generated,
+        _turns,
+    )
+
+    tok = load_tokenizer(smollm2)
+    assert tok.chat_template == SMOLLM2_TEMPLATE
+    rng = random.Random("real-smollm2")
+    for _ in range(CONVERSATIONS):
+        turns = _turns(rng, tok)
+        observations = [rng.choice(OBSERVATIONS) for _ in turns[:-1]]
+        env = ScriptedTurnsEnv(observations, rng.choice(ROLES))
+        [traj] = MultiTurnExecutor(env, Scripted(turns), tok, SamplingParams(max_new_tokens=64),
+                                   chat_template=True).run([env.tasks[0]])
+        messages = [{"role": "user", "content": env.tasks[0].prompt}]
+        for (ids, finish), obs in zip(turns, observations):
+            messages += [{"role": "assistant", "content": _generated(tok, ids, finish)},
+                         {"role": env.feedback_role, "content": obs}]
+        _check(tok, traj.prompt_ids + [t for s in traj.segments for t in s.token_ids], messages, turns[-1][0])

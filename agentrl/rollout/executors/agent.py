@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class RawFeedbackExecutor(MultiTurnExecutor):
     """:class:`MultiTurnExecutor` with the env's feedback appended verbatim (see the module docstring)."""
 
-    def feedback_ids(self, observation: str, action_ids: list[int]) -> list[int]:
+    def feedback_ids(self, observation: str, action_ids: list[int], finish_reason: str | None = "stop") -> list[int]:
         """Token ids of ``observation`` exactly as the env wrote it."""
         return self.tokenizer(observation, add_special_tokens=False)["input_ids"]
 

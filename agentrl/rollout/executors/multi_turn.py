@@ -11,8 +11,10 @@ re-tokenized, so the learner trains on precisely the tokens the engine sampled.
   ``env.feedback_role``, default ``user``) followed by the generation prompt — the text the chat
   template adds for that message (found by rendering a reference conversation with and without
   it), preceded by whatever part of the assistant turn's closing text (``<|im_end|>\\n``) the
-  policy did not generate itself (a template that does not render a conversation as a prefix of
-  its extension falls back to plain text, with a warning);
+  policy did not generate itself: all of it, unless the turn ended on a stop token that starts it
+  (``agentrl.rollout.chat_turns``; a turn cut at its budget is always closed). A template that
+  does not render a conversation as a prefix of its extension falls back to plain text, with a
+  warning;
 - otherwise as plain text on a line of its own (``"\\n" + observation + "\\n"``).
 
 **Budgets.** A turn may generate ``params.max_new_tokens`` tokens; a turn cut off there still goes
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.env import TextEnv
+from agentrl.rollout.chat_turns import REPLY_MARK, closing_left, turn_closing
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
 from agentrl.rollout.env_pool import EnvPool, Pending, clone_env
 from agentrl.rollout.executors.single_turn import encode_prompt
@@ -51,7 +54,6 @@ from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
 _MARK = "<<agentrl-observation>>"
-_REPLY = "<<agentrl-reply>>"
 
 
 @dataclass
@@ -80,21 +82,19 @@ class ChatFeedback:
     """Renders an observation as the chat template's next message (see the module docstring)."""
 
     def __init__(self, tokenizer: Any, role: str) -> None:
-        base = [{"role": "user", "content": "U"}, {"role": "assistant", "content": _REPLY}]
+        base = [{"role": "user", "content": "U"}, {"role": "assistant", "content": REPLY_MARK}]
         before = tokenizer.apply_chat_template(base, tokenize=False)
         after = tokenizer.apply_chat_template(base + [{"role": role, "content": _MARK}], tokenize=False,
                                               add_generation_prompt=True)
         if not after.startswith(before) or _MARK not in after:
             raise ValueError("the chat template does not render a conversation as a prefix of its extension")
-        self.turn_end = before[before.rindex(_REPLY) + len(_REPLY):]
+        self.turn_end = turn_closing(tokenizer)
         self.pre, self.post = after[len(before):].split(_MARK)
 
-    def text(self, observation: str, action_tail: str) -> str:
-        """Feedback text after an action whose decoded last token is ``action_tail``."""
-        end = self.turn_end
-        if action_tail and end.startswith(action_tail):
-            end = end[len(action_tail):]
-        return end + self.pre + observation + self.post
+    def text(self, observation: str, action_tail: str, finish_reason: str | None) -> str:
+        """Feedback text after an action whose decoded last token is ``action_tail`` and which ended with
+        ``finish_reason`` (only a stopped turn generated the start of the turn's closing itself)."""
+        return closing_left(self.turn_end, action_tail, finish_reason) + self.pre + observation + self.post
 
 
 class MultiTurnExecutor:
@@ -120,11 +120,12 @@ class MultiTurnExecutor:
         _, info = self.env.reset(options={"task": task})
         return encode_prompt(self.tokenizer, info["prompt"], self.chat_template)
 
-    def feedback_ids(self, observation: str, action_ids: list[int]) -> list[int]:
-        """Token ids of the env's feedback after an action (see the module docstring)."""
+    def feedback_ids(self, observation: str, action_ids: list[int], finish_reason: str | None = "stop") -> list[int]:
+        """Token ids of the env's feedback after an action that ended with ``finish_reason`` (see the
+        module docstring)."""
         if self.chat is not None:
             tail = self.tokenizer.decode(action_ids[-1:]) if action_ids else ""
-            text = self.chat.text(observation, tail)
+            text = self.chat.text(observation, tail, finish_reason)
         else:
             text = "\n" + observation.strip("\n") + "\n"
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -202,7 +203,7 @@ class MultiTurnExecutor:
                       else "max_turns" if len(e.turn_rewards) >= self.max_turns else "episode_budget")
             self._end(e, bool(terminated), bool(truncated) or out_of_budget or not terminated, reason)
             return
-        feedback = self.feedback_ids(obs, ids)
+        feedback = self.feedback_ids(obs, ids, e.info.get("finish_reason"))
         if self.max_total_tokens and e.response_tokens + len(feedback) >= budget:  # no room to answer it
             self._end(e, False, True, "episode_budget")
             return
