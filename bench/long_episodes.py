@@ -1,0 +1,226 @@
+"""Turn-level credit and context policies on long multi-turn episodes (issue 31), with the tiny model.
+
+Three commands, run one after the other (each prints what it did):
+
+``warm CONFIG [dotted=overrides] --out DIR``
+    A multi-turn warm start: the env's reference policy (``reference_action()``; a compaction request
+    answered by ``reference_summary()``) plays ``--episodes`` training tasks through the run's own
+    executor and context policy, so the examples are token-exact samples as RL will see them; SFT on
+    their action tokens until dev success stops improving; the model is saved to DIR (then
+    ``model.path=DIR model.warm_start.enabled=false`` starts RL from it).
+``run CONFIG --warm DIR --arm NAME=OVERRIDES ... --seeds 0 1 2 --out RUNS``
+    ``agentrl train`` for every arm and seed, one after the other (``OMP_NUM_THREADS=1``).
+``report RUNS [--metric eval/accuracy] [--target-frac 1.0]``
+    A table per arm (final held-out metric, steps to reach the reference arm's final value) and
+    ``RUNS/curves.png``.
+
+Example (the numbers in bench/README.md): see the "Long episodes" section there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def reference_executor(cfg: Any, env: Any, engine: Any, tokenizer: Any) -> Any:
+    """The run's multi-turn executor with the env's reference policy in place of the engine."""
+    from agentrl.rollout.build import context_policy, sampling_params
+    from agentrl.rollout.engines.base import Completion
+    from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+
+    class ReferenceExecutor(MultiTurnExecutor):
+        def _generate(self, episodes, contexts, params):
+            out = []
+            for e in episodes:
+                text = e.env.reference_summary() if e.summary_for is not None else e.env.reference_action()
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+                out.append(Completion(ids, [0.0] * len(ids), "stop"))
+            return out
+
+    return ReferenceExecutor(env, engine, tokenizer, sampling_params(cfg), chat_template=cfg.rollout.chat_template,
+                             max_total_tokens=cfg.rollout.max_total_tokens or None,
+                             context=context_policy(cfg, engine, tokenizer))
+
+
+def sft_examples(trajectories: list[Any]) -> list[Any]:
+    """One SFT example per sample of each episode (a rebuilt context is its own example)."""
+    from agentrl.types import Trajectory
+
+    return [Trajectory(prompt_ids=list(p), segments=list(segs), reward=t.reward, task_id=t.task_id, group_id=i)
+            for i, t in enumerate(trajectories) for p, segs in t.samples()]
+
+
+def warm(args: argparse.Namespace) -> None:
+    import torch
+
+    from agentrl.config import load_config
+    from agentrl.env import fixed_tasks
+    from agentrl.evaluation.metrics import evaluate
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import (
+        make_engine,
+        make_env,
+        make_executor,
+        resolve_model_path,
+        sampling_params,
+    )
+    from agentrl.training.supervised import train_sft
+
+    cfg = load_config(args.config, args.overrides)
+    torch.manual_seed(cfg.data.seed)
+    env, dev_env = make_env(cfg), make_env(cfg, cfg.env.dev_kwargs)
+    path = resolve_model_path(cfg, env)
+    model, tok = load_policy(cfg, path)
+    engine = make_engine(cfg, model, tok, path)
+    tasks = fixed_tasks(env, args.episodes, cfg.data.seed + 1)
+    t0 = time.perf_counter()
+    episodes = reference_executor(cfg, env, engine, tok).run(tasks)
+    examples = sft_examples(episodes)
+    lengths = [len(p) + sum(len(s.token_ids) for s in segs) for t in episodes for p, segs in t.samples()]
+    print(f"reference episodes: {len(episodes)} ({time.perf_counter() - t0:.0f} s), mean reward "
+          f"{np.mean([t.reward for t in episodes]):.3f}, {len(examples)} samples of {np.mean(lengths):.0f} tokens "
+          f"(max {max(lengths)}), compactions/episode {np.mean([t.info.get('compactions', 0) for t in episodes]):.2f}, "
+          f"truncations/episode {np.mean([t.info.get('truncations', 0) for t in episodes]):.2f}", flush=True)
+    dev = make_executor(cfg, dev_env, engine, tok)
+    dev_tasks = fixed_tasks(dev_env, args.dev_tasks, cfg.data.seed + 2)
+    metric = args.metric.split("/")[-1]
+
+    def dev_score() -> float:
+        return evaluate(dev, dev_tasks, sampling_params(cfg, greedy=True))[metric]
+
+    result = train_sft(model, examples, tok.pad_token_id, lr=args.lr, batch_size=args.batch_size,
+                       max_steps=args.max_steps, eval_every=args.eval_every, patience=args.patience,
+                       target_accuracy=args.target, dev_accuracy=dev_score, seed=cfg.data.seed,
+                       micro_batch_size=args.micro_batch_size)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    summary = {"steps": result.steps, f"dev_{metric}": result.best_dev_accuracy, "seconds": result.seconds,
+               "history": result.history, "config": str(args.config), "overrides": args.overrides}
+    (out / "warm_start.json").write_text(json.dumps(summary, indent=1))
+    print(f"warm start: {result.steps} steps in {result.seconds:.0f} s, best dev {metric} "
+          f"{result.best_dev_accuracy:.3f} -> {out}", flush=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    for seed in args.seeds:
+        for spec in args.arm:
+            name, _, overrides = spec.partition("=")
+            run_dir = out / f"{name}-s{seed}"
+            if (run_dir / "metrics.jsonl").exists() and not args.overwrite:
+                print(f"{run_dir}: done already", flush=True)
+                continue
+            cmd = [sys.executable, "-m", "agentrl.cli", "train", str(args.config), "--run-dir", str(run_dir),
+                   "--overwrite", f"model.path={args.warm}", "model.warm_start.enabled=false", f"data.seed={seed}",
+                   "log.progress=false", "log.tensorboard=false", "checkpoint.save_final=false",
+                   *overrides.split(), *args.overrides]
+            load = os.getloadavg()[0]
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+            (run_dir / "stdout.txt").write_text(done.stdout + done.stderr) if run_dir.exists() else None
+            print(f"{name} seed {seed}: exit {done.returncode} in {time.perf_counter() - t0:.0f} s "
+                  f"(load {load:.1f} -> {os.getloadavg()[0]:.1f}) {done.stdout.strip().splitlines()[-1:]}",
+                  flush=True)
+
+
+def curves(run_dir: Path, metric: str) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [(int(r["step"]), float(r[metric])) for r in rows if metric in r]
+
+
+def report(args: argparse.Namespace) -> None:
+    out = Path(args.runs)
+    arms: dict[str, list[list[tuple[int, float]]]] = {}
+    for d in sorted(p for p in out.iterdir() if (p / "metrics.jsonl").exists()):
+        arms.setdefault(d.name.rsplit("-s", 1)[0], []).append(curves(d, args.metric))
+    ref = args.reference or next(iter(arms))
+    final = {a: [np.mean([v for _, v in c[-args.last:]]) for c in cs] for a, cs in arms.items()}
+    target = args.target_frac * float(np.mean(final[ref]))
+    print(f"| arm | runs | {args.metric} first | final (mean of last {args.last}) | steps to {target:.3f} "
+          f"(the {ref} arm's final) | vs {ref} |")
+    print("|---|---:|---:|---:|---:|---:|")
+    reach: dict[str, float] = {}
+    for a, cs in arms.items():
+        steps = [next((s for s, v in c if v >= target), float("nan")) for c in cs]
+        reach[a] = float(np.mean(steps)) if not any(np.isnan(steps)) else float("nan")
+    for a, cs in arms.items():
+        ratio = reach[a] / reach[ref] if reach[ref] and not np.isnan(reach[a]) else float("nan")
+        first = np.mean([c[0][1] for c in cs])
+        steps = ", ".join(str(next((s for s, v in c if v >= target), "-")) for c in cs)
+        print(f"| {a} | {len(cs)} | {first:.3f} | {np.mean(final[a]):.3f} ± {np.std(final[a]):.3f} | {steps} "
+              f"(mean {reach[a]:.0f}) | {ratio:.2f}x |")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (a, cs) in enumerate(arms.items()):
+        for j, c in enumerate(cs):
+            ax.plot([s for s, _ in c], [v for _, v in c], color=f"C{i}", alpha=0.35 if len(cs) > 1 else 1.0,
+                    label=None if j else a)
+        steps = sorted({s for c in cs for s, _ in c})
+        mean = [np.mean([dict(c).get(s, np.nan) for c in cs]) for s in steps]
+        ax.plot(steps, mean, color=f"C{i}", linewidth=2.5)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(args.metric)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    print(f"curves: {out / 'curves.png'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("warm")
+    w.add_argument("config")
+    w.add_argument("overrides", nargs="*")
+    w.add_argument("--out", required=True)
+    w.add_argument("--episodes", type=int, default=256)
+    w.add_argument("--dev-tasks", type=int, default=16)
+    w.add_argument("--metric", default="accuracy", help="the dev metric that picks the warm start")
+    w.add_argument("--lr", type=float, default=1e-3)
+    w.add_argument("--batch-size", type=int, default=16)
+    w.add_argument("--micro-batch-size", type=int, default=8)
+    w.add_argument("--max-steps", type=int, default=400)
+    w.add_argument("--eval-every", type=int, default=50)
+    w.add_argument("--patience", type=int, default=3)
+    w.add_argument("--target", type=float, default=1.0, help="stop once the dev metric reaches this")
+    r = sub.add_parser("run")
+    r.add_argument("config")
+    r.add_argument("overrides", nargs="*", help="dotted overrides for every arm")
+    r.add_argument("--warm", required=True)
+    r.add_argument("--arm", action="append", required=True, help="NAME=OVERRIDES (space-separated)")
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--out", required=True)
+    r.add_argument("--overwrite", action="store_true")
+    q = sub.add_parser("report")
+    q.add_argument("runs")
+    q.add_argument("--metric", default="eval/accuracy")
+    q.add_argument("--reference", default=None, help="the arm whose final value is the target (default: first)")
+    q.add_argument("--target-frac", type=float, default=1.0)
+    q.add_argument("--last", type=int, default=2, help="evaluations averaged into the final value")
+    args = p.parse_args(argv)
+    {"warm": warm, "run": run, "report": report}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
