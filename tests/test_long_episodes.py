@@ -284,3 +284,34 @@ def test_turn_samples_give_the_episode_gradient(tok, agg):
     assert scale > 1e-4
     for a, b in zip(g_one, g_many):
         assert torch.allclose(a, b, atol=1e-5 * scale, rtol=1e-4), agg
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "dr_grpo", "reinforce", "reinforce_baseline"])
+def test_old_configs_and_one_final_reward_give_the_old_advantages_and_gradient(tok, estimator):
+    """The default config takes the trajectory-level path unchanged; with a reward on the last turn only,
+    turn-level credit at turn_gamma=1 (and step groups at weight 0) gives the same advantages and gradient."""
+    from agentrl.algorithms import compute_advantages
+
+    episodes = []
+    for k, reward in enumerate((1.0, 0.0, 0.0, 1.0)):
+        env = GuessNumberEnv(rounds=1, guesses=4, high=50)
+        ex = MultiTurnExecutor(env, Guesser(tok, 9 * k), tok, SamplingParams(max_new_tokens=8))
+        [t] = ex.run([Task(id=f"t{k}", prompt=env._prompt(), answer="50", metadata={"numbers": [50]})])
+        t.reward, t.group_id, t.turn_rewards = reward, k // 2, [0.0] * (len(t.turn_rewards) - 1) + [reward]
+        episodes.append(t)
+    exp = Experience.from_trajectories(episodes, tok.pad_token_id)
+    old, _ = compute_advantages(estimator, exp.rewards, exp.group_ids, exp.action_mask)  # the code before
+    default, _ = batch_advantages(exp, AlgoConfig(estimator=estimator))
+    assert torch.equal(default, old)
+    model = _tiny_model(len(tok))
+    grads = []
+    for algo in (AlgoConfig(estimator=estimator), AlgoConfig(estimator=estimator, turn_gamma=1.0),
+                 AlgoConfig(estimator=estimator, turn_gamma=1.0, step_adv_weight=0.0)):
+        adv, _ = batch_advantages(exp, algo)
+        assert torch.allclose(adv, old, atol=1e-5)
+        model.zero_grad(set_to_none=True)
+        exp.advantages = adv
+        PolicyLearner(model, LearnerConfig(lr=0.0, call_tokens=0, grad_clip=0.0), algo).train_step(exp)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for g in grads[1:]:
+        assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads[0], g))
