@@ -87,6 +87,9 @@ def warm(args: argparse.Namespace) -> None:
     tasks = fixed_tasks(env, args.episodes, cfg.data.seed + 1)
     t0 = time.perf_counter()
     episodes = reference_executor(cfg, env, engine, tok).run(tasks)
+    for extra in args.also:  # the same tasks under other settings (another context policy)
+        episodes += reference_executor(load_config(args.config, args.overrides + extra.split()), env, engine,
+                                       tok).run(tasks)
     examples = sft_examples(episodes)
     lengths = [len(p) + sum(len(s.token_ids) for s in segs) for t in episodes for p, segs in t.samples()]
     print(f"reference episodes: {len(episodes)} ({time.perf_counter() - t0:.0f} s), mean reward "
@@ -195,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("overrides", nargs="*")
     w.add_argument("--out", required=True)
     w.add_argument("--episodes", type=int, default=256)
+    w.add_argument("--also", action="append", default=[],
+                   help="OVERRIDES: the same reference episodes once more under these settings (repeatable)")
     w.add_argument("--dev-tasks", type=int, default=16)
     w.add_argument("--metric", default="accuracy", help="the dev metric that picks the warm start")
     w.add_argument("--lr", type=float, default=1e-3)

@@ -315,3 +315,42 @@ def test_old_configs_and_one_final_reward_give_the_old_advantages_and_gradient(t
         grads.append([p.grad.clone() for p in model.parameters()])
     for g in grads[1:]:
         assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads[0], g))
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["rollout.context.policy=compact"], "set rollout.samples=turn"),
+    (["rollout.context.policy=shrink"], "valid: none, truncate, compact"),
+    (["rollout.samples=step"], "valid: episode, turn"),
+    (["algo.turn_gamma=1.5"], "expected a discount in (0, 1]"),
+    (["algo.step_adv_weight=-1"], "expected a weight >= 0"),
+    (["algo.turn_gamma=0.9", "algo.estimator=gae"], "not gae"),
+    (["algo.turn_gamma=0.9", "algo.gamma=0.99"], "leave algo.gamma"),
+    (["rollout.samples=turn", "rollout.context.policy=truncate", "algo.estimator=ppo"], "use an outcome estimator"),
+    (["rollout.context.truncate_keep=0"], "expected a fraction in (0, 1]"),
+    (["rollout.context.max_tokens=-5"], "expected a token count >= 0"),
+])
+def test_credit_and_context_settings_are_checked_at_load(overrides, message):
+    from agentrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_context_policy_resolves_the_models_context(tok):
+    from agentrl.config import load_config
+    from agentrl.rollout.build import context_policy
+
+    class Model:
+        class config:  # noqa: N801
+            max_position_embeddings = 1024
+
+    class Engine:
+        model = Model()
+
+    cfg = load_config(None, ["rollout.samples=turn", "rollout.context.policy=compact", "rollout.max_new_tokens=16"])
+    p = context_policy(cfg, Engine(), tok)
+    assert (p.name, p.max_tokens, p.turn_tokens, p.summary_tokens) == ("compact", 1024, 16, 16)
+    with pytest.raises(ValueError, match="set rollout.context.max_tokens"):
+        context_policy(cfg, object(), tok)  # the tokenizer's model_max_length is no real limit
+    assert context_policy(load_config(None, []), object(), tok).max_tokens == 0  # none: no limit known, none set
