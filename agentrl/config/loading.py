@@ -210,9 +210,9 @@ def check_credit_and_context(cfg: Any) -> None:
     if ctx.policy != "none" and rollout.samples != "turn":
         raise ConfigError(f"rollout.context.policy={ctx.policy} rebuilds the context, so an episode becomes several "
                           f"samples: set rollout.samples=turn")
-    if ctx.policy != "none" and algo.estimator == "gae":
-        raise ConfigError(f"rollout.context.policy={ctx.policy} with algo.estimator=gae: the critic scores one sequence "
-                          f"per episode; use an outcome estimator (group_norm, rloo, ...)")
+    if rollout.samples == "turn" and algo.estimator == "gae":
+        raise ConfigError("rollout.samples=turn with algo.estimator=gae: the critic scores one sequence per episode; "
+                          "use an outcome estimator (group_norm, rloo, ...)")
 
 
 ASYNC_TIS_CAP = 2.0

@@ -40,11 +40,12 @@ def batch_advantages(exp: Experience, algo: AlgoConfig, kl: torch.Tensor | None 
 
 
 def sample_metrics(exp: Experience, algo: AlgoConfig) -> dict[str, float]:
-    """How the batch's episodes became samples (``samples/*``) and, with step groups, how many turns share a
-    state with another episode's (``credit/step_group_frac``)."""
+    """How the batch's episodes became samples (``samples/*``: count, tokens, the longest sample) and, with
+    step groups, how many turns share a state with another episode's (``credit/step_group_frac``)."""
     episodes = len(torch.unique(exp.episode_ids)) if exp.episode_ids is not None else len(exp)
-    out = {"samples/count": float(len(exp)), "samples/tokens": float(exp.attention_mask.sum().item()),
-           "samples/per_episode": len(exp) / max(episodes, 1)}
+    lengths = exp.attention_mask.sum(-1)
+    out = {"samples/count": float(len(exp)), "samples/tokens": float(lengths.sum().item()),
+           "samples/max_tokens": float(lengths.max().item()), "samples/per_episode": len(exp) / max(episodes, 1)}
     if algo.step_adv_weight and exp.episodes is not None:
         e = exp.episodes
         ids = e.step_ids[e.turn_mask.bool()]

@@ -340,7 +340,8 @@ class MultiTurnExecutor:
         reward = 0.0 if info.get("failed") else float(sum(e.turn_rewards))
         return Trajectory(prompt_ids=list(e.prompt_ids), segments=e.segments, reward=reward, task_id=e.task.id,
                           group_id=e.group_id, turn_rewards=list(e.turn_rewards), terminated=e.terminated,
-                          truncated=e.truncated, info=info, state_keys=e.state_keys[:len(e.turn_rewards)], resets=e.resets)
+                          truncated=e.truncated, info=info, state_keys=e.state_keys[:len(e.turn_rewards)],
+                          resets=e.resets)
 
 
 def state_key(observation: Any, info: dict[str, Any]) -> str:
