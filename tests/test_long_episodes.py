@@ -354,3 +354,30 @@ def test_context_policy_resolves_the_models_context(tok):
     with pytest.raises(ValueError, match="set rollout.context.max_tokens"):
         context_policy(cfg, object(), tok)  # the tokenizer's model_max_length is no real limit
     assert context_policy(load_config(None, []), object(), tok).max_tokens == 0  # none: no limit known, none set
+
+
+@pytest.mark.slow  # two short training runs of the tiny model
+@pytest.mark.parametrize("policy", ["truncate", "compact"])
+def test_training_past_the_context_keeps_every_sample_inside_it(tmp_path, policy):
+    import json
+
+    from agentrl.config import load_config
+    from agentrl.training.trainer import Trainer
+
+    cfg = load_config(None, [
+        "env.id=agentrl/GuessNumber-v0", "env.kwargs={rounds: 3, guesses: 6, high: 50, feedback: direction}",
+        "model.warm_start.enabled=false", "model.tiny.hidden_size=64", "model.tiny.num_heads=2",
+        "model.tiny.intermediate_size=128", "data.prompts_per_step=2", "data.eval_tasks=2", "rollout.n_samples=2",
+        "rollout.max_new_tokens=4", "rollout.samples=turn", f"rollout.context.policy={policy}",
+        "rollout.context.max_tokens=300", "rollout.context.summary_tokens=8", "algo.turn_gamma=0.9",
+        "algo.step_adv_weight=1.0", "learner.total_steps=2", "learner.lr=1e-4", "log.progress=false",
+        "log.tensorboard=false", "checkpoint.save_final=false"])
+    assert Trainer(cfg, run_dir=tmp_path).fit()["steps"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "samples/count" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["samples/max_tokens"] <= 300 and r["context/max_tokens_max"] <= 300
+        counted = {"truncate": "episode/truncations", "compact": "episode/compactions"}[policy]
+        assert r["samples/per_episode"] > 1 and r[counted] > 0
+        assert r["samples/count"] > 4 and "credit/step_group_frac" in r and "loss/policy_loss" in r
