@@ -100,15 +100,22 @@ def warm(args: argparse.Namespace) -> None:
     dev_tasks = fixed_tasks(dev_env, args.dev_tasks, cfg.data.seed + 2)
     metric = args.metric.split("/")[-1]
 
-    def dev_score() -> float:
-        return evaluate(dev, dev_tasks, sampling_params(cfg, greedy=True))[metric]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    best = [-1.0]
+
+    def dev_score() -> float:  # the best weights so far are on disk at once (a stopped run keeps them)
+        score = evaluate(dev, dev_tasks, sampling_params(cfg, greedy=True))[metric]
+        if score > best[0]:
+            best[0] = score
+            model.save_pretrained(out)
+            tok.save_pretrained(out)
+        return score
 
     result = train_sft(model, examples, tok.pad_token_id, lr=args.lr, batch_size=args.batch_size,
                        max_steps=args.max_steps, eval_every=args.eval_every, patience=args.patience,
                        target_accuracy=args.target, dev_accuracy=dev_score, seed=cfg.data.seed,
                        micro_batch_size=args.micro_batch_size)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     summary = {"steps": result.steps, f"dev_{metric}": result.best_dev_accuracy, "seconds": result.seconds,
