@@ -154,13 +154,17 @@ def plot_curves(run_dir: Path, keys: tuple[str, ...] = ("reward/mean", "eval/acc
 
 def write_samples(run_dir: Path, step: int, trajs: list[Trajectory], tokenizer: Any, cfg: LogConfig) -> None:
     """Every ``log.samples_every`` steps, append ``log.samples_per_step`` episodes (prompt, response,
-    reward, turns, how it ended) to ``samples.jsonl`` in the run directory."""
+    reward, turns, how it ended) to ``samples.jsonl`` in the run directory. An episode whose context was
+    rebuilt shows each new context after a ``[context rebuilt: REASON]`` line."""
     if not cfg.samples_every or step % cfg.samples_every or not trajs:
         return
     picked = trajs[::max(1, len(trajs) // max(1, cfg.samples_per_step))][:cfg.samples_per_step]
     with open(Path(run_dir) / "samples.jsonl", "a", encoding="utf-8") as f:
         for t in picked:
             response = "".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in t.segments)
+            for r in t.resets:  # a rebuilt context (rollout.context): what the policy saw from there on
+                response += (f"\n[context rebuilt: {r.reason}]\n" + tokenizer.decode(r.prompt_ids, skip_special_tokens=True)
+                             + "".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in r.segments))
             f.write(json.dumps({"step": step, "task_id": t.task_id, "group_id": t.group_id,
                                 "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=True),
                                 "response": response, "reward": t.reward, "turns": t.info.get("turns", 1),
