@@ -154,6 +154,16 @@ def curves(run_dir: Path, metric: str) -> list[tuple[int, float]]:
     return [(int(r["step"]), float(r[metric])) for r in rows if metric in r]
 
 
+def mean_curve(cs: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The seeds' curves averaged at the steps every seed evaluated."""
+    steps = sorted(set.intersection(*[{s for s, _ in c} for c in cs]))
+    return [(s, float(np.mean([dict(c)[s] for c in cs]))) for s in steps]
+
+
+def first_reach(curve: list[tuple[int, float]], target: float) -> float:
+    return next((float(s) for s, v in curve if v >= target), float("nan"))
+
+
 def report(args: argparse.Namespace) -> None:
     out = Path(args.runs)
     arms: dict[str, list[list[tuple[int, float]]]] = {}
@@ -162,19 +172,17 @@ def report(args: argparse.Namespace) -> None:
     ref = args.reference or next(iter(arms))
     final = {a: [np.mean([v for _, v in c[-args.last:]]) for c in cs] for a, cs in arms.items()}
     target = args.target_frac * float(np.mean(final[ref]))
-    print(f"| arm | runs | {args.metric} first | final (mean of last {args.last}) | steps to {target:.3f} "
-          f"(the {ref} arm's final) | vs {ref} |")
-    print("|---|---:|---:|---:|---:|---:|")
-    reach: dict[str, float] = {}
+    print(f"{args.metric}; target {target:.3f} = the {ref} arm's final value (mean over its seeds of the last "
+          f"{args.last} evaluations)")
+    print("| arm | seeds | before RL | final (mean ± std over seeds) | steps to target, per seed | steps to target, "
+          f"seed-mean curve | vs {ref} |")
+    print("|---|---:|---:|---:|---|---:|---:|")
+    reach = {a: first_reach(mean_curve(cs), target) for a, cs in arms.items()}
     for a, cs in arms.items():
-        steps = [next((s for s, v in c if v >= target), float("nan")) for c in cs]
-        reach[a] = float(np.mean(steps)) if not any(np.isnan(steps)) else float("nan")
-    for a, cs in arms.items():
-        ratio = reach[a] / reach[ref] if reach[ref] and not np.isnan(reach[a]) else float("nan")
-        first = np.mean([c[0][1] for c in cs])
-        steps = ", ".join(str(next((s for s, v in c if v >= target), "-")) for c in cs)
-        print(f"| {a} | {len(cs)} | {first:.3f} | {np.mean(final[a]):.3f} ± {np.std(final[a]):.3f} | {steps} "
-              f"(mean {reach[a]:.0f}) | {ratio:.2f}x |")
+        per_seed = ", ".join(str(int(x)) if not np.isnan(x) else "-" for x in (first_reach(c, target) for c in cs))
+        ratio = reach[a] / reach[ref] if reach[ref] else float("nan")
+        print(f"| {a} | {len(cs)} | {np.mean([c[0][1] for c in cs]):.3f} | {np.mean(final[a]):.3f} ± "
+              f"{np.std(final[a]):.3f} | {per_seed} | {reach[a]:.0f} | {ratio:.2f}x |")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,19 +190,19 @@ def report(args: argparse.Namespace) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (a, cs) in enumerate(arms.items()):
-        for j, c in enumerate(cs):
-            ax.plot([s for s, _ in c], [v for _, v in c], color=f"C{i}", alpha=0.35 if len(cs) > 1 else 1.0,
-                    label=None if j else a)
-        steps = sorted({s for c in cs for s, _ in c})
-        mean = [np.mean([dict(c).get(s, np.nan) for c in cs]) for s in steps]
-        ax.plot(steps, mean, color=f"C{i}", linewidth=2.5)
+        for c in cs:
+            ax.plot([s for s, _ in c], [v for _, v in c], color=f"C{i}", alpha=0.3 if len(cs) > 1 else 1.0)
+        m = mean_curve(cs)
+        ax.plot([s for s, _ in m], [v for _, v in m], color=f"C{i}", linewidth=2.5, label=f"{a} ({len(cs)} seeds)")
+    ax.axhline(target, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("RL step")
-    ax.set_ylabel(args.metric)
+    ax.set_ylabel(f"held-out {args.metric}")
+    ax.set_title(out.name)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=110)
-    print(f"curves: {out / 'curves.png'}")
+    fig.savefig(out / f"curves_{args.metric.replace('/', '_')}.png", dpi=110)
+    print(f"curves: {out / ('curves_' + args.metric.replace('/', '_') + '.png')}")
 
 
 def main(argv: list[str] | None = None) -> None:
