@@ -10,6 +10,9 @@ Three commands, run one after the other (each prints what it did):
     ``model.path=DIR model.warm_start.enabled=false`` starts RL from it).
 ``run CONFIG --warm DIR --arm NAME=OVERRIDES ... --seeds 0 1 2 --out RUNS``
     ``agentrl train`` for every arm and seed, one after the other (``OMP_NUM_THREADS=1``).
+``cost [CONFIG]`` (the default, ``make bench``)
+    Samples and tokens per episode of the reference policy: one sequence, each turn its own context
+    (unmerged), merged by the prefix property, and under truncate / compact.
 ``report RUNS [--metric eval/accuracy] [--target-frac 1.0]``
     A table per arm (final held-out metric, steps to reach the reference arm's final value) and
     ``RUNS/curves.png``.
@@ -154,6 +157,53 @@ def curves(run_dir: Path, metric: str) -> list[tuple[int, float]]:
     return [(int(r["step"]), float(r[metric])) for r in rows if metric in r]
 
 
+def cost(args: argparse.Namespace) -> None:
+    """Samples and tokens per episode of the reference policy under each way of cutting an episode into
+    samples (no model is trained: the env's reference policy plays through the real executor)."""
+    from agentrl.config import load_config
+    from agentrl.env import fixed_tasks
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import make_engine, make_env, resolve_model_path
+    from agentrl.rollout.context import merge_samples
+
+    cfg = load_config(args.config, args.overrides)
+    env = make_env(cfg)
+    path = resolve_model_path(cfg, env)
+    model, tok = load_policy(cfg, path)
+    engine = make_engine(cfg, model, tok, path)
+    tasks = fixed_tasks(env, args.episodes, cfg.data.seed + 1)
+    none = load_config(args.config, args.overrides + ["rollout.context.policy=none", "rollout.context.max_tokens=100000"])
+    whole = reference_executor(none, env, engine, tok).run(tasks)
+
+    def per_turn(t: Any) -> list[tuple[list[int], list[Any]]]:  # every turn a sample of its whole context
+        out, seen = [], list(t.prompt_ids)
+        for s in t.segments:
+            if s.is_action:
+                out.append((list(seen), [s]))
+            seen += s.token_ids
+        return out
+
+    def tokens(samples: list[tuple[list[int], list[Any]]]) -> int:
+        return sum(len(p) + sum(len(s.token_ids) for s in segs) for p, segs in samples)
+
+    rows = [("episode: one sequence", [t.samples() for t in whole]),
+             ("turn: each turn its own context, unmerged", [per_turn(t) for t in whole]),
+             ("turn: merged by the prefix property", [merge_samples(per_turn(t)) for t in whole])]
+    for policy in ("truncate", "compact"):
+        c = load_config(args.config, args.overrides + [f"rollout.context.policy={policy}"])
+        rows.append((f"turn + {policy} at {c.rollout.context.max_tokens or 'the model context'}",
+                     [t.samples() for t in reference_executor(c, env, engine, tok).run(tasks)]))
+    base = np.mean([tokens(x) for x in rows[0][1]])
+    print(f"{len(tasks)} reference episodes of {Path(args.config).name} "
+          f"({np.mean([len(t.turn_rewards) for t in whole]):.1f} turns each)")
+    print("| samples | samples per episode | tokens per episode | longest sample | vs one sequence |")
+    print("|---|---:|---:|---:|---:|")
+    for name, eps in rows:
+        n = np.mean([tokens(x) for x in eps])
+        print(f"| {name} | {np.mean([len(x) for x in eps]):.2f} | {n:.0f} | "
+              f"{max(tokens([s]) for x in eps for s in x)} | {n / base:.2f}x |")
+
+
 def mean_curve(cs: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
     """The seeds' curves averaged at the steps every seed evaluated."""
     steps = sorted(set.intersection(*[{s for s, _ in c} for c in cs]))
@@ -238,8 +288,12 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--reference", default=None, help="the arm whose final value is the target (default: first)")
     q.add_argument("--target-frac", type=float, default=1.0)
     q.add_argument("--last", type=int, default=2, help="evaluations averaged into the final value")
-    args = p.parse_args(argv)
-    {"warm": warm, "run": run, "report": report}[args.command](args)
+    c = sub.add_parser("cost")
+    c.add_argument("config", nargs="?", default=str(ROOT / "examples" / "configs" / "guess_number_long.yaml"))
+    c.add_argument("overrides", nargs="*")
+    c.add_argument("--episodes", type=int, default=16)
+    args = p.parse_args(argv if argv is not None else (sys.argv[1:] or ["cost"]))  # make bench: the cost table
+    {"warm": warm, "run": run, "report": report, "cost": cost}[args.command](args)
 
 
 if __name__ == "__main__":
