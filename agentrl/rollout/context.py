@@ -15,7 +15,7 @@ Before each turn the multi-turn executor asks whether the env's feedback and the
   the episode's outcome like any other (it serves the turn that follows it); the context is rebuilt
   as the prompt, the summary's own tokens as the policy's reply, and the last observation again.
   A compaction is asked for while it still fits: when the next turn and a compaction after it
-  (estimated from this one) would not.
+  (as long as the longest request of the episode so far) would not.
 
 Each rebuilt context starts a new sample of the episode (``Trajectory.resets``): every sample is
 what the policy saw, and fits in ``max_tokens``. :func:`merge_samples` is the step-wise rule itself:
@@ -66,8 +66,8 @@ class ContextPolicy:
 
     def compact_due(self, context_len: int, feedback_len: int, request_len: int) -> bool:
         """Whether to ask for the summary now: after this feedback and a whole next turn, a compaction
-        request as long as this one (``request_len`` tokens: feedback and instruction) and its summary
-        would no longer fit."""
+        request of ``request_len`` tokens (the longest of the episode so far: feedback and instruction)
+        and its summary would no longer fit."""
         after_next = context_len + feedback_len + self.turn_tokens
         return self.limited and after_next + request_len + self.summary_tokens > self.max_tokens
 

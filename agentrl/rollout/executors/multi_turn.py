@@ -89,6 +89,7 @@ class Episode:
     observations: list[str] = field(default_factory=list)  # each step's observation
     state_keys: list[str] = field(default_factory=list)
     summary_for: str | None = None  # compact: the observation the summary being written is asked after
+    longest_request: int = 0  # compact: the longest compaction request of the episode so far (tokens)
 
     def window(self) -> tuple[list[int], list[Segment]]:
         """The current context's start and the segments appended to it."""
@@ -278,7 +279,8 @@ class MultiTurnExecutor:
         policy, length = self.context, len(e.context())
         if policy.name == "compact":
             request = self.feedback_ids(self._request(obs), ids, finish)
-            if policy.compact_due(length, len(feedback), len(request)):
+            e.longest_request = max(e.longest_request, len(request))  # the next one may be as long
+            if policy.compact_due(length, len(feedback), e.longest_request):
                 if not policy.room_for_summary(length, len(request)):
                     self._end(e, False, True, "context_full")
                     return
