@@ -1,0 +1,136 @@
+"""A workspace's files, for its runtime: reads and writes as the agent, trees as tar archives.
+
+Standard library only. Reads, writes and listings run in a child process that has dropped to the
+agent's uid (``as_agent``), so a link the agent planted can lead nowhere the agent itself could not
+go (``/proc/1/fd/...`` of the runtime included). Trees are read and written by the runtime (root)
+while no process of the agent runs: they are stopped (``snapshot``) or ended (``seal``, ``restore``),
+so nothing can swap a file for a link under the archive, and every link is archived as a link.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+import signal
+import stat
+import tarfile
+import time
+
+from _ws_common import SYSTEM_DIRS, processes  # type: ignore[import-not-found]
+
+MAX_TREE_BYTES = 1 << 30
+
+
+def read_file(path: str, max_bytes: int) -> dict:
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    return {"data": base64.b64encode(data[:max_bytes]).decode(), "truncated": len(data) > max_bytes}
+
+
+def write_file(path: str, data: str, mode: int) -> dict:
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(base64.b64decode(data))
+    return {}
+
+
+def list_dir(path: str) -> dict:
+    entries = []
+    with os.scandir(path) as it:
+        for e in it:
+            st = e.stat(follow_symlinks=False)
+            kind = ("link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode)
+                    else "file" if stat.S_ISREG(st.st_mode) else "other")
+            entries.append([e.name, kind, st.st_size])
+    return {"entries": sorted(entries)}
+
+
+def tree_roots() -> list[str]:
+    """The top-level directories that make up the tree (see ``sandbox.workspace.base``)."""
+    out = []
+    for name in sorted(os.listdir("/")):
+        path = "/" + name
+        if name not in SYSTEM_DIRS and os.path.isdir(path) and not os.path.islink(path) and not os.path.ismount(path):
+            out.append(path)
+    return out
+
+
+def _excluded(path: str) -> bool:
+    return path == "/logs/verifier" or path.startswith("/logs/verifier/")
+
+
+def make_tree() -> bytes:
+    """A tar of the tree (links as links; no devices, fifos or sockets)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for root in tree_roots():
+            for top, dirs, files in os.walk(root, followlinks=False):
+                if _excluded(top):
+                    dirs[:] = []
+                    continue
+                tar.add(top, arcname=top.lstrip("/"), recursive=False)
+                for name in sorted(files) + sorted(d for d in dirs if os.path.islink(os.path.join(top, d))):
+                    path = os.path.join(top, name)
+                    st = os.lstat(path)
+                    if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                        tar.add(path, arcname=path.lstrip("/"), recursive=False)
+                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(top, d))
+                                 and not os.path.ismount(os.path.join(top, d)))
+                if buf.tell() > MAX_TREE_BYTES:
+                    raise OSError("the tree is larger than 1 GiB")
+    return buf.getvalue()
+
+
+def extract(data: bytes, dest: str, uid: int) -> None:
+    """Unpack a tar under ``dest`` (nothing may land outside it) and give the agent what it unpacked."""
+    os.makedirs(dest, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+        tar.extractall(dest, members=members, filter="data")
+    for m in members:
+        path = os.path.join(dest, m.name)
+        if os.path.lexists(path):
+            os.lchown(path, uid, uid)
+    if dest != "/":
+        os.lchown(dest, uid, uid)
+
+
+def wipe_tree() -> None:
+    """Remove the tree's contents (before a restore); the top-level directories stay."""
+    for root in tree_roots():
+        for name in os.listdir(root):
+            path = os.path.join(root, name)
+            if _excluded(path) or os.path.ismount(path):
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+
+
+def signal_all(sig: int, keep: set[int]) -> int:
+    """Send ``sig`` to every process of the workspace but ``keep``; how many got it."""
+    n = 0
+    for pid in processes():
+        if pid in keep:
+            continue
+        try:
+            os.kill(pid, sig)
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return n
+
+
+def end_all(keep: set[int], reap) -> None:
+    """SIGKILL every process but ``keep`` until none is left (a fork bomb included)."""
+    deadline = time.monotonic() + 10.0
+    while signal_all(signal.SIGKILL, keep) and time.monotonic() < deadline:
+        time.sleep(0.005)
+        reap()
+    reap()
