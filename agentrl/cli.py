@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report.
+"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report | tasks.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -119,6 +119,22 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks(args: argparse.Namespace) -> int:
+    """``agentrl tasks list | check DIR``: Harbor task directories (agentrl.evaluation.tasks)."""
+    from agentrl.env import EnvError
+    from agentrl.evaluation.tasks import check_tasks, list_tasks
+
+    try:
+        if args.action == "list":
+            return list_tasks(args.dir, backend=args.backend)
+        return check_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, verbose=args.verbose)
+    except EnvError as e:
+        if args.debug:
+            raise
+        print(f"agentrl tasks: error: {one_line(e)}", file=sys.stderr)
+        return 2
+
+
 def _serve_reward(argv: list[str]) -> int:
     from rewards.server import cli_main
 
@@ -161,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)
+    k = sub.add_parser("tasks", help="Harbor task directories: list them, or check each (oracle 1.0, no-op 0.0)")
+    k.add_argument("action", choices=["list", "check"])
+    k.add_argument("dir", help="a Harbor task directory, or a folder of them")
+    k.add_argument("--backend", choices=["local", "docker"], default="local", help="workspace backend")
+    k.add_argument("--json", action="store_true", help="check: one JSON line per task")
+    k.add_argument("--jobs", "-j", type=int, default=1, help="check: tasks checked at once")
+    k.add_argument("--verbose", "-v", action="store_true", help="check: the outputs of failing tasks")
+    k.set_defaults(fn=_tasks)
     sub.add_parser("serve-reward", help="run the HTTP reward server (see --help)", add_help=False)
     return p
 

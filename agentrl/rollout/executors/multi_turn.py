@@ -35,8 +35,13 @@ threads; an ``async def step`` on its event loop), each under the pool's deadlin
 batch continuously: every episode whose env has answered goes back to the engine in one
 ``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
 a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True`` and the
-error text in ``info["error"]``. ``info["action_versions"]`` holds the policy version of each
+error text in ``info["error"]``; so does a step whose info says ``failed`` (an env whose grader could not
+run: an infrastructure failure, not a 0). ``info["action_versions"]`` holds the policy version of each
 turn's engine (``engine.version``, asynchronous runs), when it has one.
+
+**The env's record.** The keys of a step's ``info["trajectory_info"]`` (a dict) are copied into the
+trajectory's ``info``: an env keeps there what a reader of the episode needs beyond its tokens (a
+workspace env: ``commands``, ``outputs``, ``diff``, ``verifier``).
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
 _MARK = "<<agentrl-observation>>"
+
+
+class EnvFailed(RuntimeError):
+    """An env's step said the episode failed (``info["failed"]``, the reason in ``info["error"]``)."""
 
 
 @dataclass
@@ -192,6 +201,10 @@ class MultiTurnExecutor:
             obs, reward, terminated, truncated, step_info = step.result()
         except Exception as exc:  # the env raised or ran past its deadline
             self._fail(e, exc)
+            return
+        e.info.update(step_info.get("trajectory_info") or {})  # the env's record of the episode
+        if step_info.get("failed"):  # the env could not score the episode (its grader failed): not a 0
+            self._fail(e, EnvFailed(step_info.get("error") or "the env marked the episode failed"))
             return
         e.turn_rewards.append(float(reward))
         e.info.update(verified=step_info.get("verified", True),

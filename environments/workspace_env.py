@@ -1,0 +1,173 @@
+"""``WorkspaceEnv``: an agent works in a computer with tools, then the computer's final state is graded.
+
+The base of every env whose episode happens in a :mod:`sandbox.workspace` (Harbor task directories,
+and generated suites later). A subclass says, per task, what the workspace starts from
+(:meth:`WorkspaceEnv.workspace_spec`), how long the agent's commands may take
+(:meth:`WorkspaceEnv.agent_timeout_s`) and how a final tree is graded (:meth:`WorkspaceEnv.grade`).
+
+**An episode.** ``reset`` poses the task (a system message with the tools, then the instruction);
+the workspace is built on the first ``step`` that needs it. Each action is parsed for tool calls in
+the env's ``tool_parser`` format (:mod:`environments.tool_parsers`): the calls run in order in the
+workspace (at most ``max_calls_per_turn``; a bad call answers with the tool's error) and their
+results come back as the next observation, one ``<tool_response>`` each. The episode ends, and the
+computer is graded, when the agent calls ``submit`` (``terminated``), replies without a tool call
+(``terminated``), reaches ``max_turns`` or runs out of its agent time (``truncated``; Harbor grades
+the state an agent leaves when its time is up, and so do we). ``info["ended_by"]`` says which.
+
+**Grading** happens after the agent's last process is gone: ``seal()`` ends every process of the
+workspace and returns its tree; the workspace is closed; ``grade`` then runs on that tree (a Harbor
+task's verifier in a fresh workspace, with its tests copied in only then). The reward is the
+grader's; a grader that could not run (``Verdict.error``) marks the sample failed (``info["failed"]``:
+it leaves the loss, as failed samples do) rather than scoring it 0.
+
+**The record.** The final step's ``info["trajectory_info"]`` (merged into the trajectory's info by
+the multi-turn executor) holds ``commands`` and ``outputs`` (each tool call and the text it
+returned, in order), ``diff`` (the final tree against the built one), ``verifier`` (reward, named
+rewards, output, error, seconds) and ``ended_by``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.env import EnvError, TextEnv
+from agentrl.types import Task
+from environments.tool_parsers import PROMPTS, get_parser
+from environments.tools import ToolCallError, check_arguments, tools_text
+from environments.workspace_tools import WorkspaceSession, call_line, workspace_tools
+from sandbox.workspace import BACKENDS, Tree, WorkspaceSpec
+from sandbox.workspace.base import tree_diff
+from sandbox.workspace.grading import Verdict
+
+AGENT_PROMPT = (
+    "You are an agent working in a Linux computer (bash, coreutils, grep, sed, awk, find, diff, patch, git and "
+    "python3 are installed; there is no network). Your working directory is {workdir}. Do the task you are "
+    "given by calling the tools below; look before you change things, and check your work. When the task is "
+    "done, call submit: the computer's final state is then graded.")
+MAX_RECORD_CHARS = 20000  # per output kept in the record (the agent saw the tool's own cut already)
+
+
+class WorkspaceEnv(TextEnv):
+    """An agent in a computer with tools (see the module docstring); subclasses give tasks and grading."""
+
+    feedback_role = "user"
+
+    def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
+                 command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
+                 render_mode: str | None = None) -> None:
+        super().__init__(render_mode=render_mode)
+        if backend not in BACKENDS:
+            raise EnvError(f"backend={backend!r}: unknown workspace backend; valid: {', '.join(BACKENDS)}")
+        if max_turns < 1 or max_calls_per_turn < 1 or command_timeout_s <= 0 or max_output_chars < 100:
+            raise EnvError("max_turns and max_calls_per_turn must be >= 1, command_timeout_s > 0, "
+                           "max_output_chars >= 100")
+        try:
+            self.parse = get_parser(tool_parser)
+        except ValueError as e:
+            raise EnvError(str(e)) from None
+        self.backend, self.tool_parser, self.max_turns = backend, tool_parser, max_turns
+        self.max_calls_per_turn, self.max_output_chars = max_calls_per_turn, max_output_chars
+        self.session = WorkspaceSession(backend)
+        self.tools = {t.name: t for t in workspace_tools(self.session, command_timeout_s, max_output_chars)}
+        self.tools_text = tools_text(list(self.tools.values()), PROMPTS[tool_parser])
+        self.turn = 0
+
+    # ------------------------------------------------------------------ what a subclass gives
+    def workspace_spec(self, task: Task) -> WorkspaceSpec:
+        """What the task's workspace starts from."""
+        raise NotImplementedError
+
+    def agent_timeout_s(self, task: Task) -> float | None:
+        """Seconds the agent's commands may take in all (None: no limit but each command's own)."""
+        return None
+
+    def grade(self, task: Task, tree: Tree) -> Verdict:
+        """Grade the final tree of an episode on ``task`` (after every process of the agent is gone)."""
+        raise NotImplementedError
+
+    def system_prompt(self, workdir: str) -> str:
+        """The system message: what the agent is and where, then the tools in the env's call format."""
+        return AGENT_PROMPT.format(workdir=workdir) + "\n\n" + self.tools_text
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[str, dict[str, Any]]:
+        self.session.close()
+        obs, info = super().reset(seed=seed, options=options)
+        self.turn = 0
+        self.session.start(self.workspace_spec(self.task), self.agent_timeout_s(self.task))
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None or self.session.spec is None:
+            raise RuntimeError("call reset() before step()")
+        action = action if isinstance(action, str) else str(action)
+        self.turn += 1
+        calls = self.parse(action, {n: t.parameters for n, t in self.tools.items()})
+        if not calls:
+            return self.finish("no_tool_call", terminated=True)
+        responses = []
+        for i, call in enumerate(calls):
+            if i >= self.max_calls_per_turn:
+                responses.append(f"Error: at most {self.max_calls_per_turn} tool calls run per turn; "
+                                 f"this one was not run")
+                continue
+            responses.append(self.run_call(call))
+            if self.session.submitted or self.session.time_left() <= 0:
+                break
+        if self.session.submitted:
+            return self.finish("submit", terminated=True)
+        if self.session.time_left() <= 0:
+            return self.finish("agent_timeout", terminated=False)
+        if self.turn >= self.max_turns:
+            return self.finish("max_turns", terminated=False)
+        obs = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)
+        if self.turn == self.max_turns - 1:
+            obs += "\nNote: your next turn is the last one; the computer is graded after it."
+        self._last_obs = obs
+        return obs, 0.0, False, False, {"reward_components": {}, "verified": True, "tool_calls": len(calls)}
+
+    def run_call(self, call: dict[str, Any] | ToolCallError) -> str:
+        """Run one parsed call and record it; the text the agent gets back (the tool's error for a bad call).
+        An infrastructure failure (:class:`sandbox.workspace.WorkspaceError`) propagates: the episode fails."""
+        if isinstance(call, ToolCallError):
+            out = f"Error: {call}"
+            self.session.record("(invalid tool call)", out)
+            return out
+        name, args = call["name"], call["arguments"]
+        tool = self.tools.get(name)
+        try:
+            if tool is None:
+                raise ToolCallError(f"unknown tool {name!r}; available: {', '.join(self.tools)}")
+            check_arguments(tool, args)
+            out = str(tool(**args))
+        except (ToolCallError, TypeError, ValueError) as e:
+            out = f"Error: {e}"
+        self.session.record(call_line(name, args), out[:MAX_RECORD_CHARS])
+        return out
+
+    def finish(self, ended_by: str, terminated: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """End the episode: seal the workspace (its processes end), close it, grade the tree."""
+        ws = self.session.workspace  # built now if the agent never used it: its initial state is graded
+        try:
+            tree = ws.seal()
+            diff = tree_diff(ws.initial, tree) if ws.initial is not None else ""
+        finally:
+            self.session.detach()
+            ws.close()
+        verdict = self.grade(self.task, tree)
+        record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
+                  "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
+                               "error": verdict.error, "seconds": round(verdict.seconds, 3)},
+                  "ended_by": ended_by}
+        reward = 0.0 if verdict.reward is None else float(verdict.reward)
+        info: dict[str, Any] = {"reward_components": dict(verdict.rewards) or {"reward": reward}, "verified": True,
+                                "tool_calls": len(self.session.commands), "ended_by": ended_by,
+                                "trajectory_info": record}
+        if verdict.error:
+            info.update(failed=True, error=f"the grader could not score the episode: {verdict.error}")
+        self._last_obs = ""
+        return "", reward, terminated, not terminated, info
+
+    def close(self) -> None:
+        self.session.close()

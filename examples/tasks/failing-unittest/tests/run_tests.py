@@ -1,0 +1,11 @@
+"""Run the visible and the hidden tests. The standard library comes first on the import path, then the
+tests, then /app (appended, so a module the agent leaves in /app cannot shadow unittest or the tests)."""
+import sys
+
+sys.path.append("/tests")
+sys.path.append("/app")
+import unittest  # noqa: E402
+
+suite = unittest.defaultTestLoader.loadTestsFromNames(["test_stock", "test_hidden"])
+result = unittest.TextTestRunner(verbosity=2).run(suite)
+sys.exit(0 if result.wasSuccessful() and result.testsRun == 7 else 1)
