@@ -5,7 +5,8 @@ and generated suites later). A subclass says, per task, what the workspace start
 (:meth:`WorkspaceEnv.workspace_spec`), how long the agent's commands may take
 (:meth:`WorkspaceEnv.agent_timeout_s`) and how a final tree is graded (:meth:`WorkspaceEnv.grade`).
 
-**An episode.** ``reset`` poses the task (a system message with the tools, then the instruction);
+**An episode.** ``reset`` poses the task (a system message with the tools, then the instruction;
+``system_prompt`` replaces the system message, a template with ``{workdir}`` and ``{tools}``);
 the workspace is built on the first ``step`` that needs it. Each action is parsed for tool calls in
 the env's ``tool_parser`` format (:mod:`environments.tool_parsers`): the calls run in order in the
 workspace (at most ``max_calls_per_turn``; a bad call answers with the tool's error) and their
@@ -23,7 +24,8 @@ it leaves the loss, as failed samples do) rather than scoring it 0.
 **The record.** The final step's ``info["trajectory_info"]`` (merged into the trajectory's info by
 the multi-turn executor) holds ``commands`` and ``outputs`` (each tool call and the text it
 returned, in order), ``diff`` (the final tree against the built one), ``verifier`` (reward, named
-rewards, output, error, seconds) and ``ended_by``.
+rewards, output, error) and ``ended_by``; nothing in it depends on timing, so the same actions give
+the same info (Gymnasium's ``check_env`` insists).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class WorkspaceEnv(TextEnv):
 
     def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
-                 render_mode: str | None = None) -> None:
+                 system_prompt: str | None = None, render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if backend not in BACKENDS:
             raise EnvError(f"backend={backend!r}: unknown workspace backend; valid: {', '.join(BACKENDS)}")
@@ -70,6 +72,7 @@ class WorkspaceEnv(TextEnv):
         self.session = WorkspaceSession(backend)
         self.tools = {t.name: t for t in workspace_tools(self.session, command_timeout_s, max_output_chars)}
         self.tools_text = tools_text(list(self.tools.values()), PROMPTS[tool_parser])
+        self.prompt_template = system_prompt or AGENT_PROMPT + "\n\n{tools}"
         self.turn = 0
 
     # ------------------------------------------------------------------ what a subclass gives
@@ -86,8 +89,9 @@ class WorkspaceEnv(TextEnv):
         raise NotImplementedError
 
     def system_prompt(self, workdir: str) -> str:
-        """The system message: what the agent is and where, then the tools in the env's call format."""
-        return AGENT_PROMPT.format(workdir=workdir) + "\n\n" + self.tools_text
+        """The system message: ``system_prompt`` (default: what the agent is and where, then the tools) with
+        ``{workdir}`` and ``{tools}`` (the tools' schemas and how to call them, in the env's format) filled in."""
+        return self.prompt_template.replace("{workdir}", workdir).replace("{tools}", self.tools_text)
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -158,7 +162,7 @@ class WorkspaceEnv(TextEnv):
         verdict = self.grade(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
-                               "error": verdict.error, "seconds": round(verdict.seconds, 3)},
+                               "error": verdict.error},
                   "ended_by": ended_by}
         reward = 0.0 if verdict.reward is None else float(verdict.reward)
         info: dict[str, Any] = {"reward_components": dict(verdict.rewards) or {"reward": reward}, "verified": True,

@@ -219,21 +219,20 @@ class ReadFileTool(WorkspaceTool):
             raise
         lines = text.splitlines()
         first = 1 if start_line is None else start_line
-        last = len(lines) if end_line in (None, -1) else end_line
-        if first < 1 or last < first:
-            raise ToolCallError(f"bad line range {first}..{last}: lines count from 1 and end_line must be >= start_line")
         if not lines:
             return f"({path} is empty)"
         if first > len(lines):
             raise ToolCallError(f"start_line {first} is past the end of {path} ({len(lines)} lines)")
-        last = min(last, len(lines), first + self.max_lines - 1)
-        out = numbered(lines[first - 1:last], first)
-        notes = []
-        if last < len(lines) or cut:
+        last = len(lines) if end_line in (None, -1) else end_line
+        if first < 1 or last < first:
+            raise ToolCallError(f"bad line range {first}..{last}: lines count from 1 and end_line must be >= start_line")
+        wanted = min(last, len(lines))
+        last = min(wanted, first + self.max_lines - 1)
+        out = cut_text(numbered(lines[first - 1:last], first), self.max_output_chars)
+        if last < wanted or (cut and last == len(lines)):  # cut short of what was asked
             total = f"{len(lines)}{'+' if cut else ''}"
-            notes.append(f"[lines {first}-{last} of {total} shown; read on with start_line={last + 1}]")
-        out = cut_text(out, self.max_output_chars)
-        return out + ("\n" + "\n".join(notes) if notes else "")
+            out += f"\n[lines {first}-{last} of {total} shown; read on with start_line={last + 1}]"
+        return out
 
     def listing(self, path: str) -> str:
         try:

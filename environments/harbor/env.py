@@ -45,16 +45,24 @@ def make_env(path: str, **kwargs: Any) -> HarborEnv:
 
 
 class HarborEnv(WorkspaceEnv):
-    """Harbor task directories under ``path`` (one task, or a folder of them) as a multi-turn tool env."""
+    """Harbor task directories under ``path`` (one task, or a folder of them) as a multi-turn tool env.
+
+    ``tasks`` keeps only the named tasks, ``limit`` the first ones (by name). ``{split}`` in ``path`` is
+    replaced by ``split`` (``harbor:tasks/{split}``: train and test folders); a path without it has
+    the same tasks in every split. ``skip_invalid`` keeps going past tasks that cannot run (listed in
+    ``problems``) instead of refusing the folder in one line.
+    """
 
     def __init__(self, path: str, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
-                 allow_internet: bool = False, tasks: list[str] | None = None, skip_invalid: bool = False,
+                 allow_internet: bool = False, tasks: list[str] | None = None, split: str = "train",
+                 limit: int | None = None, skip_invalid: bool = False, system_prompt: str | None = None,
                  render_mode: str | None = None) -> None:
         super().__init__(backend=backend, max_turns=max_turns, tool_parser=tool_parser,
                          command_timeout_s=command_timeout_s, max_output_chars=max_output_chars,
-                         max_calls_per_turn=max_calls_per_turn, render_mode=render_mode)
-        self.path, self.allow_internet = str(path), allow_internet
+                         max_calls_per_turn=max_calls_per_turn, system_prompt=system_prompt, render_mode=render_mode)
+        path = str(path).replace("{split}", split)
+        self.path, self.allow_internet = path, allow_internet
         try:
             found, problems = find_tasks(path)
         except TaskError as e:
@@ -72,8 +80,8 @@ class HarborEnv(WorkspaceEnv):
         if not found and not skip_invalid:
             raise EnvError(f"harbor:{path}: no task can run here")
         self.problems: list[tuple[str, str]] = problems
-        self.harbor: dict[str, HarborTask] = {t.name: t for t in found}
-        self.tasks = [self._task(t) for t in found]
+        self.harbor: dict[str, HarborTask] = {t.name: t for t in found[:limit]}
+        self.tasks = [self._task(t) for t in self.harbor.values()]
 
     @staticmethod
     def _local_check(found: list[HarborTask], problems: list[tuple[str, str]]

@@ -2,7 +2,8 @@
 # Verifier: run the agent's /app/backup.sh on fresh directories whose names hold spaces.
 mkdir -p /logs/verifier
 echo 0 > /logs/verifier/reward.txt
-work=$(mktemp -d)
+work=/tmp/backup-check  # a fixed path: the verifier's workspace is fresh, and its output the same each run
+rm -rf "$work" && mkdir -p "$work"
 src="$work/my notes"
 mkdir -p "$src/sub dir"
 printf 'one\n' > "$src/a file.txt"
