@@ -87,15 +87,28 @@ def make_tree() -> bytes:
 
 
 def extract(data: bytes, dest: str, uid: int) -> None:
-    """Unpack a tar under ``dest`` (nothing may land outside it) and give the agent what it unpacked."""
+    """Unpack a tar under ``dest`` and give the agent what it unpacked. Nothing lands outside
+    ``dest``: absolute or ``..`` names are refused, no member is written through a link (its parent
+    directory must be a real directory under ``dest``), devices and fifos are skipped, a hard link
+    must point at a member already unpacked. (Written out rather than ``filter="data"``, which older
+    Pythons in task images lack and which would refuse the agent's own absolute links.)"""
     os.makedirs(dest, exist_ok=True)
+    root = os.path.realpath(dest)
+    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    done: set[str] = set()
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = tar.getmembers()
-        tar.extractall(dest, members=members, filter="data")
-    for m in members:
-        path = os.path.join(dest, m.name)
-        if os.path.lexists(path):
-            os.lchown(path, uid, uid)
+        for m in tar:
+            name = os.path.normpath(m.name)
+            if name.startswith(("/", "..")) or m.isdev() or m.isfifo():
+                continue
+            parent = os.path.join(root, os.path.dirname(name))
+            if os.path.realpath(parent) != os.path.normpath(parent):
+                raise OSError(f"{m.name}: its directory is a link")
+            if m.islnk() and os.path.normpath(m.linkname) not in done:
+                raise OSError(f"{m.name}: a hard link to {m.linkname}, which is not in the archive")
+            tar.extract(m, root, set_attrs=True, **trusted)
+            os.lchown(os.path.join(root, name), uid, uid)
+            done.add(name)
     if dest != "/":
         os.lchown(dest, uid, uid)
 
@@ -134,3 +147,24 @@ def end_all(keep: set[int], reap) -> None:
         time.sleep(0.005)
         reap()
     reap()
+
+
+def prepare_container(uid: int) -> None:
+    """In a Docker workspace (as root): an ``agent`` user of ``uid`` who owns the tree (the image's
+    files included) and ``/logs``; the system stays root's."""
+    with open("/etc/passwd") as f:
+        known = any(line.split(":")[2:3] == [str(uid)] for line in f)
+    if not known:
+        with open("/etc/passwd", "a") as f:
+            f.write(f"agent:x:{uid}:{uid}:agent:/root:/bin/bash\n")
+        with open("/etc/group", "a") as f:
+            f.write(f"agent:x:{uid}:\n")
+    for d in ("/logs/agent", "/logs/verifier", "/root"):
+        os.makedirs(d, exist_ok=True)
+    for root in tree_roots():
+        if root == "/tmp":
+            continue
+        for top, dirs, names in os.walk(root, followlinks=False):
+            dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(top, d))]  # the runtime's own files
+            for name in [top] + [os.path.join(top, n) for n in dirs + names]:
+                os.lchown(name, uid, uid)

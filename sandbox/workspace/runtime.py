@@ -48,7 +48,7 @@ class RuntimeWorkspace(Workspace):
         self.info: dict[str, Any] = {}
         try:
             self.proc = self._launch()
-            cfg = {"uid": self._uid(), "limits": _limits(spec), "workdir": "/", "env": {}}
+            cfg = {"uid": self._uid(), "limits": _limits(spec), "workdir": "/", "env": {}, "owner": os.getpid()}
             self.info = self._request(cfg, 120.0, first=True)["ready"]
             self._prepare(tree)
         except BaseException:
