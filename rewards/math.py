@@ -112,25 +112,26 @@ def _boxes_agree(a: str, b: str) -> bool:
     return math_compare.equal(a, b) is True
 
 
-def _extract_uncached(text: str, cfg: MathConfig) -> Extraction:
+def _extract_uncached(text: str, cfg: MathConfig, gold: bool) -> Extraction:
     return find_answer(text, _boxes_agree, boxed=cfg.boxed, hash_=cfg.hash, answer_is=cfg.answer_is,
-                       dollars=cfg.dollars, last_number=cfg.last_number)
+                       dollars=cfg.dollars, last_number=cfg.last_number, gold=gold)
 
 
 @lru_cache(maxsize=8192)
-def _extract_cached(text: str, cfg: MathConfig) -> Extraction:
-    return _extract_uncached(text, cfg)
+def _extract_cached(text: str, cfg: MathConfig, gold: bool) -> Extraction:
+    return _extract_uncached(text, cfg, gold)
 
 
-def extract(text: Any, cfg: MathConfig = DEFAULT) -> Extraction:
-    """The final answer of ``text`` with how it was found (see the module docstring)."""
+def extract(text: Any, cfg: MathConfig = DEFAULT, *, gold: bool = False) -> Extraction:
+    """The final answer of ``text`` with how it was found (see the module docstring); ``gold``:
+    read a gold label (it cannot hedge; an unclosed ``\\boxed{`` holds the rest of it)."""
     text = str(text)
-    return _extract_cached(text, cfg) if len(text) <= 4096 else _extract_uncached(text, cfg)
+    return _extract_cached(text, cfg, gold) if len(text) <= 4096 else _extract_uncached(text, cfg, gold)
 
 
-def extract_answer(text: Any, cfg: MathConfig = DEFAULT) -> str | None:
+def extract_answer(text: Any, cfg: MathConfig = DEFAULT, *, gold: bool = False) -> str | None:
     """The final answer of ``text`` as a string, or ``None`` (nothing found, or hedged)."""
-    return extract(text, cfg).answer
+    return extract(text, cfg, gold=gold).answer
 
 
 def _several(answer: str) -> bool:
@@ -154,7 +155,7 @@ def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]
     if cfg.use_sympy and not _helper_started:
         _helper_started = True
         prestart()  # in the background: ready by the time one of the rare slow-path checks comes
-    if math_compare.has_or(pred) and not math_compare.has_or(gold) and not _several(gold):
+    if math_compare.hedges(pred) and not math_compare.has_or(mathnorm.normalize(gold)) and not _several(gold):
         return False, "hedged"
     verdict = math_compare.equal(pred, gold, cfg.rel_tol)
     if verdict is not None:
@@ -170,7 +171,7 @@ def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]
 
 def is_equivalent(pred: Any, gold: Any, cfg: MathConfig = DEFAULT) -> bool:
     """True when the final answers of ``pred`` and ``gold`` are mathematically the same."""
-    g = extract(gold, cfg)
+    g = extract(gold, cfg, gold=True)
     gold_answer = _gold_answer(g)
     if gold_answer is None:
         return False
@@ -180,7 +181,7 @@ def is_equivalent(pred: Any, gold: Any, cfg: MathConfig = DEFAULT) -> bool:
 
 def score(response: str, task: Task, cfg: MathConfig = DEFAULT) -> RewardResult:
     """1.0 when the response's final answer equals ``task.answer`` (any gold form), else 0.0."""
-    gold = extract(task.answer, cfg)
+    gold = extract(task.answer, cfg, gold=True)
     gold_answer = _gold_answer(gold)
     if gold_answer is None:
         raise ValueError(f"task {task.id}: no answer found in gold label {task.answer!r}")
