@@ -30,6 +30,7 @@ _MATRIX = re.compile(r"^\(?\s*\\begin\{(?:pmatrix|bmatrix|matrix|array|smallmatr
                      r"\\end\{(?:pmatrix|bmatrix|matrix|array|smallmatrix)\}\s*\)?$", re.DOTALL)
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(?:(a|p)\.?\s*m\.?)?$", re.IGNORECASE)
 _TEXT = re.compile(r"[A-Za-z][A-Za-z .'-]*")
+_ARTICLE = re.compile(r"^(?:an?|the)\s+(?=\w)")
 MAX_DEPTH = 6
 MAX_CHARS = 10_000
 
@@ -68,10 +69,15 @@ def equal(pred: str, gold: str, rel_tol: float = 1e-9, depth: int = 0) -> bool |
             return verdict
     tp, tg = _TEXT.fullmatch(p) is not None, _TEXT.fullmatch(g) is not None
     if tp and tg and len(p) + len(g) > 2:
-        return p.lower().replace(" ", "") == g.lower().replace(" ", "")
+        return _words(p) == _words(g)
     if (tp and " " in p and mn.number(g) is not None) or (tg and " " in g and mn.number(p) is not None):
         return False  # words against a number
     return expression_verdict(p, g)
+
+
+def _words(s: str) -> str:
+    """A text answer without case, spaces or a leading article (``an ellipse`` = ``Ellipse``)."""
+    return _ARTICLE.sub("", s.strip().lower()).replace(" ", "")
 
 
 # ---- structures -------------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 :func:`items_of` splits a normalised answer into its items and names its kind:
 
-- ``set``: ``\\{a, b\\}`` (unordered);
+- ``set``: ``\\{a, b\\}``, ``\\emptyset`` (unordered);
 - ``list``: items joined by ``,``, ``;`` (``-12;-11;-10``), "and", "or" (unordered);
 - ``record``: a list whose items all carry different labels (``a = 1, b = 2``; ordered, see
-  :mod:`rewards.math_labels`);
+  :mod:`rewards.math_labels`), or a tuple label with its tuple value (``(p, q) = (3, 2)``);
 - a bracket pair: ``()``, ``[]``, ``(]``, ``[)`` (ordered; ``;`` separates coordinates when there is
   no comma: ``(0;-2;6)``);
 - ``one``: a single value.
@@ -20,7 +20,7 @@ import re
 from functools import lru_cache
 
 from rewards import mathnorm as mn
-from rewards.math_labels import record_labels
+from rewards.math_labels import record_labels, unpack_tuple
 
 _AND = re.compile(r"\s*,?\s*(?<![a-zA-Z])and(?![a-zA-Z])\s*")
 _OR = re.compile(r"\s*,?\s*(?<![a-zA-Z])or(?![a-zA-Z])\s*|\\(?:lor|vee)(?![a-zA-Z])")
@@ -62,6 +62,8 @@ def _coordinates(inner: str) -> list[str]:
 def items_of(s: str) -> tuple[str, tuple[str, ...]]:
     """``(kind, items)`` of a normalised answer (see the module docstring)."""
     s = mn.canonical_thousands(s.strip())
+    if s == "\\emptyset":
+        return "set", ()
     if s.startswith("\\{") and s.endswith("\\}"):
         inner = s[2:-2].strip()
         return "set", tuple(_expand_pm(_coordinates(inner))) if inner else ()
@@ -77,6 +79,9 @@ def items_of(s: str) -> tuple[str, tuple[str, ...]]:
         if record_labels(parts) is not None:
             return "record", tuple(parts)
         return "list", tuple(_expand_pm(parts))
+    unpacked = unpack_tuple(s) if "=" in s else None
+    if unpacked is not None and record_labels(unpacked) is not None:
+        return "record", tuple(unpacked)  # (p, q) = (3, 2) is the record p = 3, q = 2
     pm = _expand_pm([s])
     return ("list", tuple(pm)) if len(pm) == 2 else ("one", (s,))
 

@@ -122,9 +122,23 @@ def labelled(item: str) -> tuple[str, str] | None:
     if len(parts) != 2 or not parts[0] or not parts[1] or any(r in item for r in _RELATION_SIGNS):
         return None
     label, value = parts
-    if not is_label(label) or not (_plain(label) or _is_value(value)):
+    if not is_label(label) or not (_plain(label) or _is_value(mn.normalize(value))):
         return None
     return label, value
+
+
+def unpack_tuple(item: str) -> list[str] | None:
+    """``(p, q) = (3, 2)`` -> ``[p=3, q=2]`` (a tuple label with a tuple of as many values)."""
+    found = labelled(item)
+    if found is None or not (found[0].strip().startswith("(") and found[1].strip()[:1] in "(["):
+        return None
+    label, value = found[0].strip(), found[1].strip()
+    if not (value[-1:] in ")]" and mn.encloses(value)):
+        return None
+    names, values = mn.split_top(label[1:-1]), mn.split_top(value[1:-1])
+    if len(names) != len(values) or not all(values):
+        return None
+    return [f"{n}={v}" for n, v in zip(names, values)]
 
 
 def label_key(label: str) -> str:

@@ -5,7 +5,8 @@
 - ``x > 3`` -> ``(3,\\infty)``; ``-2 \\le x < 7`` -> ``[-2,7)``; ``x \\neq 3`` -> ``(-\\infty,3) \\cup (3,\\infty)``;
 - ``1 \\le |z| \\le \\frac32`` -> ``[-\\frac32,-1] \\cup [1,\\frac32]``; ``|t| < 3`` -> ``(-3,3)``;
   ``|t| \\ge 1`` -> ``(-\\infty,-1] \\cup [1,\\infty)`` (bounds of ``|v|`` must be numbers);
-- alternatives joined by "or" / ``\\lor`` / ``\\cup``: the union of theirs (same variable).
+- alternatives joined by "or" / ``\\lor`` / ``\\cup``: the union of theirs (same variable);
+- a set-builder ``\\{x \\mid x > 2\\}``: the set of its condition.
 
 :func:`range_verdict` (a layer of :func:`rewards.math_compare.equal`) compares through those sets:
 
@@ -22,6 +23,7 @@ Open and closed ends always count (``(1, 4]`` is not ``[1, 4]``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -31,6 +33,7 @@ from rewards.math_items import has_or, split_or
 from rewards.math_labels import is_simple_lhs
 
 _RELS = ("\\leq", "\\geq", "\\neq", "<", ">")
+_BUILDER = re.compile(r"\\\{\s*([a-zA-Z])\s*(?:\\mid|\||:)\s*(.+?)\s*\\\}")
 _FLIP = {"<": ">", ">": "<", "\\leq": "\\geq", "\\geq": "\\leq", "\\neq": "\\neq"}
 Eq = Callable[[str, str], "bool | None"]
 
@@ -137,7 +140,11 @@ def _one_condition(s: str) -> tuple[str, str] | None:
 
 
 def as_set(s: str) -> tuple[str, str] | None:
-    """``(variable, intervals)`` of a one-variable condition (normalised text), else ``None``."""
+    """``(variable, intervals)`` of a one-variable condition (normalised text), else ``None``;
+    a set-builder ``\\{x \\mid x > 2\\}`` is its condition."""
+    if (m := _BUILDER.fullmatch(s.strip())) is not None:
+        found = as_set(m.group(2))
+        return found if found is not None and found[0] == m.group(1) else None
     alternatives = [a for part in split_or(s) for a in mn.split_top(part, "\\cup")] if (has_or(s) or "\\cup" in s) else [s]
     found = [_one_condition(a) for a in alternatives]
     if not found or any(f is None for f in found) or len({f[0] for f in found}) != 1:
@@ -146,8 +153,8 @@ def as_set(s: str) -> tuple[str, str] | None:
 
 
 def is_condition(s: str) -> bool:
-    """Does a normalised answer state a condition (an inequality) rather than a value or a set?"""
-    return len(split_inequality(s)[1]) > 0
+    """Does a normalised answer state a condition (an inequality, a set-builder) rather than a value?"""
+    return len(split_inequality(s)[1]) > 0 or _BUILDER.fullmatch(s.strip()) is not None
 
 
 def range_verdict(p: str, g: str, g_raw: str, eq: Eq) -> bool | None:
@@ -160,7 +167,11 @@ def range_verdict(p: str, g: str, g_raw: str, eq: Eq) -> bool | None:
         if p_set is not None:
             return eq(p_set[1], g_set[1]) if p_set[0] == g_set[0] else None
         return None if is_condition(p) else eq(p, g_set[1])
+    if p_set is None or is_condition(g):
+        return None
+    if _BUILDER.fullmatch(p.strip()) is not None:
+        return eq(p_set[1], g)  # a set-builder is set notation: {x | x > 2} is (2, \infty)
     var = mn.membership(g_raw)
-    if var is not None and p_set is not None and not is_condition(g):
+    if var is not None:
         return eq(p_set[1], g) if p_set[0] == var else False
     return None

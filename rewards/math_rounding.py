@@ -7,7 +7,8 @@ digits), or lies within 1e-5 relative of an irrational/periodic value.
 :func:`rounded_terms` applies the same rule inside an expression, term by term: ``x + 1.414i``
 equals ``x + \\sqrt2 i`` because both have the same shape and the decimal ``1.414`` stands where the
 other side has the constant ``\\sqrt2``, which it rounds. Everything else in the two expressions
-must be the same (``+`` and ``\\cdot`` may swap their operands): a rounded coefficient never
+must be the same (``+`` and ``\\cdot`` may swap their operands, and ``u / c`` with a constant ``c``
+reads as ``(1/c) \\cdot u``, so ``0.333x`` equals ``\\frac{x}{3}``): a rounded coefficient never
 hides a different variable or operation (``y + 1.414i`` is not ``x + \\sqrt2 i``), and a coarse
 decimal (``1.4``) is compared exactly.
 """
@@ -77,9 +78,18 @@ def _leaf_rounds(leaf: mx.Node, other: mx.Node, decimals: dict) -> bool:
     return isinstance(value, (Fraction, complex)) and _within(decimals[leaf[1]], value)
 
 
+def _as_product(node: mx.Node) -> mx.Node:
+    """``u / c`` with a constant ``c`` as ``(1/c) \\cdot u`` (``\\frac{x}{3}`` against ``0.333x``)."""
+    if node[0] == "div" and not mx.variables(node[2]) and mx.variables(node[1]):
+        return ("mul", ("div", ("num", Fraction(1)), node[2]), node[1])
+    return node
+
+
 def _align(a: mx.Node, b: mx.Node, decimals: dict) -> bool:
     if a == b:
         return True
+    if (a[0] == "div") != (b[0] == "div"):
+        a, b = _as_product(a), _as_product(b)
     if _leaf_rounds(a, b, decimals) or _leaf_rounds(b, a, decimals):
         return True
     if a[0] != b[0] or len(a) != len(b) or a[0] in ("num", "var", "const", "matrix"):

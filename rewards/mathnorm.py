@@ -8,7 +8,9 @@
   ``x \\in`` dropped (:func:`membership` still tells it was there); relations spelled one way
   (``\\leq``, ``\\geq``, ``\\neq``); ``(C)`` -> ``C``; minerva's shorthand TeX expanded
   (``\\fracab`` -> ``\\frac{a}{b}``, ``\\fracabc`` -> ``\\frac{a}{b}c``, ``\\sqrtx`` -> ``\\sqrt{x}``);
-  a connector that lost its spaces (``W(x)=1orW(x)=-1``, ``\\text{or}``) spaced again.
+  a connector that lost its spaces (``W(x)=1orW(x)=-1``, ``\\text{or}``) spaced again; a trailing
+  quantifier dropped (``f(x) = x for all x``, ``\\forall x \\in \\mathbb{R}``); ``f \\equiv 0`` read as
+  ``f = 0`` unless a modulus makes it a congruence (``\\pmod 5`` -> ``\\pmod{5}``).
 - :func:`number` reads integers, decimals, ``1,234.5``, ``1 000``, ``a/b``, ``\\frac{a}{b}``, mixed
   numbers (``7 3/4``, ``7\\frac{3}{4}``) and scientific notation as an exact ``Fraction``.
 - :func:`decimal_literal` tells how precisely a decimal was written (for the rounding rule).
@@ -49,6 +51,8 @@ _NOT_UNITS = {"or", "and", "pi", "sqrt", "frac", "infty", "cup", "cap", "in", "t
 _IN_PREFIX = re.compile(r"^([a-zA-Z](?:_\{?\w+\}?)?)\s*\\in\s*")
 _SHORT_FRAC = re.compile(r"\\frac([A-Za-z])([A-Za-z0-9])")
 _SHORT_SQRT = re.compile(r"\\sqrt([A-Za-z])")
+_QUANTIFIER = re.compile(r"(?<=\S)\s*,?\s*(?:\\forall|\bfor\s+(?:all|every|any|each)\b|,\s*[a-zA-Z]\s*\\in\s*\\mathbb\s*\{?[RNZQC]\}?\s*$).*$")
+_MOD_ARG = re.compile(r"\\(p?mod)\s+(\w+)")
 _GLUED = re.compile(r"(?<=[\d)\]}|])\s*(or|and)\s*(?=[A-Z(\\]|[a-z](?![a-z]))")
 _CHOICE = re.compile(r"^\(([A-E])\)$")
 _THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2}(?:,\d{3})+)(?![\d])")
@@ -126,6 +130,12 @@ def _normalize_body(answer: str) -> str:
     s = _SPACING.sub(lambda m: " " if m.group(0) == "\\ " else "", s)
     s = _LEFT_RIGHT.sub("", s)
     s = unglue_connectors(_unwrap_text(s)).strip()
+    if "for" in s or "\\forall" in s or "\\mathbb" in s:
+        s = _QUANTIFIER.sub("", s).strip()  # f(x) = x for all x: the quantifier is no part of the value
+    if "mod" in s:
+        s = _MOD_ARG.sub(r"\\\1{\2}", s)
+    elif "\\equiv" in s:
+        s = s.replace("\\equiv", "=")  # f \equiv 0 (an identity; with a modulus it is a congruence)
     s = re.sub(r"(?<!\.)[.,;:]\s*$", "", s).strip() if not s.endswith("\\ldots") else s
     s = _PERCENT_WORD.sub(r"\1", s).strip()
     s = re.sub(r"\s*(?:\^\s*\{?\\circ\}?|°|\\circ|\\?\s*degrees?)\s*$", "", s).strip()
