@@ -106,3 +106,14 @@ def test_slow_loop_matches_the_pairwise_verdicts():
         loop = all(any(rmath.is_equivalent(p, g) for g in gold) for p in pred) and \
             all(any(rmath.is_equivalent(p, g) for p in pred) for g in gold)
         assert rmath.is_equivalent(", ".join(pred), ", ".join(gold)) is loop
+
+
+def test_a_gold_label_is_read_without_hedges_and_with_an_unclosed_box():
+    assert rmath.extract_answer("$21,16$ or $11$", gold=True) == "21,16 or 11"
+    assert rmath.extract_answer("$21,16$ or $11$") is None  # the same text as a response hedges
+    assert rmath.is_equivalent("\\boxed{16, 11, 21}", "$21,16$ or $11$")
+    gold = "\\boxed{W(n) = 1 \\text{ and } W(n) = -1"  # a dataset typo: the box never closes
+    assert rmath.is_equivalent("\\boxed{W(x) = -1 \\text{ or } W(x) = 1}", gold)
+    assert rmath.is_equivalent("W(x)=1orW(x)=-1", gold)  # "or" that lost its spaces
+    assert not rmath.is_equivalent("\\boxed{W(x) = 1}", gold)
+    assert not rmath.is_equivalent("\\boxed{1", "12")  # a response's unclosed box is no answer of 12
