@@ -76,7 +76,9 @@ Policies, each with its reason:
   ``[-\\frac32,-1] \\cup [1,\\frac32]``, ``x \\ne 3`` and ``x < -1 or x > 2`` are unions,
   ``\\{x \\mid x > 2\\}`` is ``(2, \\infty)``; open and closed ends count. A gold condition accepts its
   set and any condition with the same set on the same variable. A gold written as a membership
-  (``x \\in [-2, 7]``) is a statement about ``x`` and accepts the condition too. **A bare gold
+  (``x \\in [-2, 7]``) is a statement about ``x`` and accepts the condition too. A predicted
+  condition on ``|x|`` is read only against a gold that has one (it may be the problem's own
+  condition copied back unsolved). **A bare gold
   interval (``[-2, 7]``) asks for interval notation and does not accept a condition** (Math-Verify's
   default; this project departs from it only for the membership form, where its own suite asserts
   both verdicts depending on an option).

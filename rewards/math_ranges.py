@@ -18,7 +18,9 @@
 - a gold written as a bare interval (``[-2, 7]``) asks for interval notation: a condition does
   not match it (:mod:`rewards.math_relations`).
 
-Open and closed ends always count (``(1, 4]`` is not ``[1, 4]``).
+Open and closed ends always count (``(1, 4]`` is not ``[1, 4]``). A prediction's condition on
+``|v|`` is read only against a gold that has one too: ``|x| \\le 7`` may be the problem's own
+condition copied back unsolved, so it never matches a gold ``x \\in [-7, 7]`` or ``-7 \\le x \\le 7``.
 """
 
 from __future__ import annotations
@@ -114,14 +116,14 @@ def _abs_band(lo: str, o1: str, o2: str, hi: str) -> str | None:
     return f"{outer_l}{_neg(hi)},{_neg(lo)}{inner_r} \\cup {inner_l}{lo},{hi}{close}"
 
 
-def _one_condition(s: str) -> tuple[str, str] | None:
+def _one_condition(s: str, bars: bool) -> tuple[str, str] | None:
     parts, ops = split_inequality(s)
     if len(parts) == 2:
         for var_at, other in ((0, 1), (1, 0)):
             op = ops[0] if var_at == 0 else _FLIP[ops[0]]
             if is_simple_lhs(parts[var_at]) and not is_simple_lhs(parts[other]) and _abs_var(parts[other]) is None:
                 return parts[var_at], _half_line(op, parts[other])
-            if (v := _abs_var(parts[var_at])) is not None and (found := _abs_set(op, parts[other])) is not None:
+            if bars and (v := _abs_var(parts[var_at])) is not None and (found := _abs_set(op, parts[other])) is not None:
                 return v, found
         return None
     if len(parts) != 3 or "\\neq" in ops:
@@ -131,7 +133,7 @@ def _one_condition(s: str) -> tuple[str, str] | None:
     if not set(ops) <= {"<", "\\leq"}:
         return None
     lo, mid, hi = parts
-    if (v := _abs_var(mid)) is not None:
+    if bars and (v := _abs_var(mid)) is not None:
         band = _abs_band(lo, ops[0], ops[1], hi)
         return (v, band) if band is not None else None
     if not is_simple_lhs(mid) or is_simple_lhs(lo) or is_simple_lhs(hi):
@@ -139,14 +141,15 @@ def _one_condition(s: str) -> tuple[str, str] | None:
     return mid, ("[" if ops[0] == "\\leq" else "(") + f"{lo},{hi}" + ("]" if ops[1] == "\\leq" else ")")
 
 
-def as_set(s: str) -> tuple[str, str] | None:
+def as_set(s: str, bars: bool = True) -> tuple[str, str] | None:
     """``(variable, intervals)`` of a one-variable condition (normalised text), else ``None``;
-    a set-builder ``\\{x \\mid x > 2\\}`` is its condition."""
+    a set-builder ``\\{x \\mid x > 2\\}`` is its condition; ``bars=False`` leaves conditions on
+    ``|v|`` unread."""
     if (m := _BUILDER.fullmatch(s.strip())) is not None:
-        found = as_set(m.group(2))
+        found = as_set(m.group(2), bars)
         return found if found is not None and found[0] == m.group(1) else None
     alternatives = [a for part in split_or(s) for a in mn.split_top(part, "\\cup")] if (has_or(s) or "\\cup" in s) else [s]
-    found = [_one_condition(a) for a in alternatives]
+    found = [_one_condition(a, bars) for a in alternatives]
     if not found or any(f is None for f in found) or len({f[0] for f in found}) != 1:
         return None
     return found[0][0], " \\cup ".join(f[1] for f in found)
@@ -162,7 +165,7 @@ def range_verdict(p: str, g: str, g_raw: str, eq: Eq) -> bool | None:
     conditions this layer cannot relate; see the module docstring)."""
     if not (is_condition(p) or is_condition(g)):
         return None
-    p_set, g_set = as_set(p), as_set(g)
+    p_set, g_set = as_set(p, bars="|" in g), as_set(g)
     if g_set is not None:
         if p_set is not None:
             return eq(p_set[1], g_set[1]) if p_set[0] == g_set[0] else None
