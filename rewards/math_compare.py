@@ -124,9 +124,12 @@ def _match_set(ps: list[str], gs: list[str], eq) -> bool | None:
     (``(1,2),(2,1),(1,2)`` is the set ``{(1,2),(2,1)}``); a gold that repeats a value asks for it
     that many times (roots with multiplicity)."""
     if len(ps) > len(gs) and len({mn.key(x) for x in gs}) == len(gs):
+        spelled = list({mn.key(x): x for x in reversed(ps)}.values())[::-1]  # the same text once
+        if len(spelled) > 2 * len(gs) + 4:
+            return False  # far more distinct items than the gold has: no set of repeats
         kept: list[str] = []
-        for item in ps:
-            if all(mn.key(item) != mn.key(k) and eq(item, k) is not True for k in kept):
+        for item in spelled:
+            if all(eq(item, k) is not True for k in kept):
                 kept.append(item)
         ps = kept
     return _match_unordered(ps, gs, eq)

@@ -51,7 +51,7 @@ def is_simple_lhs(s: str) -> bool:
     if not _SIMPLE.match(s):
         return False
     command = re.match(r"\\([a-zA-Z]+)", s)
-    return command is None or command.group(1) not in mx.FUNCS
+    return command is None or command.group(1) not in mx.FUNCS | {"infty", "pi", "emptyset"}
 
 
 def _is_term(s: str) -> bool:

@@ -93,7 +93,7 @@ def test_records_and_their_order():
     ("x \\neq 3", ("x", "(-\\infty,3) \\cup (3,\\infty)")), ("|t| < 3", ("t", "(-3,3)")),
     ("|t| \\geq 1", ("t", "(-\\infty,-1] \\cup [1,\\infty)")), ("1 \\leq |z| < 2", ("z", "(-2,-1] \\cup [1,2)")),
     ("0 \\leq |z| \\leq 2", ("z", "[-2,2]")), ("x < -1 or x > 2", ("x", "(-\\infty,-1) \\cup (2,\\infty)")),
-    ("\\{x \\mid x > 2\\}", ("x", "(2,\\infty)")), ("x < 1 or y > 2", None), ("x < y", None), ("|x| < y", None),
+    ("\\{x \\mid x > 2\\}", ("x", "(2,\\infty)")), ("0 < x < \\infty", ("x", "(0,\\infty)")), ("x > \\pi", ("x", "(\\pi,\\infty)")), ("x < 1 or y > 2", None), ("x < y", None), ("|x| < y", None),
 ])
 def test_conditions_as_sets(condition, expected):
     assert math_ranges.as_set(condition) == expected
