@@ -10,7 +10,9 @@
   (``\\fracab`` -> ``\\frac{a}{b}``, ``\\fracabc`` -> ``\\frac{a}{b}c``, ``\\sqrtx`` -> ``\\sqrt{x}``);
   a connector that lost its spaces (``W(x)=1orW(x)=-1``, ``\\text{or}``) spaced again; a trailing
   quantifier dropped (``f(x) = x for all x``, ``\\forall x \\in \\mathbb{R}``); ``f \\equiv 0`` read as
-  ``f = 0`` unless a modulus makes it a congruence (``\\pmod 5`` -> ``\\pmod{5}``).
+  ``f = 0`` unless a modulus makes it a congruence (``\\pmod 5`` -> ``\\pmod{5}``); ``\\mathbb{R}`` and
+  "all real numbers" as ``(-\\infty,\\infty)``, "infinity" as ``\\infty``.
+- :func:`number` also reads the number words zero to twenty, the tens and "hundred".
 - :func:`number` reads integers, decimals, ``1,234.5``, ``1 000``, ``a/b``, ``\\frac{a}{b}``, mixed
   numbers (``7 3/4``, ``7\\frac{3}{4}``) and scientific notation as an exact ``Fraction``.
 - :func:`decimal_literal` tells how precisely a decimal was written (for the rounding rule).
@@ -51,6 +53,12 @@ _NOT_UNITS = {"or", "and", "pi", "sqrt", "frac", "infty", "cup", "cap", "in", "t
 _IN_PREFIX = re.compile(r"^([a-zA-Z](?:_\{?\w+\}?)?)\s*\\in\s*")
 _SHORT_FRAC = re.compile(r"\\frac([A-Za-z])([A-Za-z0-9])")
 _SHORT_SQRT = re.compile(r"\\sqrt([A-Za-z])")
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())} | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+                                                     "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100}
+_REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])|(?<![a-zA-Z])all real numbers(?![a-zA-Z])")
+_INFINITY_WORD = re.compile(r"(?<![a-zA-Z\\])infinity(?![a-zA-Z])")
 _QUANTIFIER = re.compile(r"(?<=\S)\s*,?\s*(?:\\forall|\bfor\s+(?:all|every|any|each)\b|,\s*[a-zA-Z]\s*\\in\s*\\mathbb\s*\{?[RNZQC]\}?\s*$).*$")
 _MOD_ARG = re.compile(r"\\(p?mod)\s+(\w+)")
 _GLUED = re.compile(r"(?<=[\d)\]}|])\s*(or|and)\s*(?=[A-Z(\\]|[a-z](?![a-z]))")
@@ -132,6 +140,10 @@ def _normalize_body(answer: str) -> str:
     s = unglue_connectors(_unwrap_text(s)).strip()
     if "for" in s or "\\forall" in s or "\\mathbb" in s:
         s = _QUANTIFIER.sub("", s).strip()  # f(x) = x for all x: the quantifier is no part of the value
+    if "R" in s or "real" in s:
+        s = _REALS.sub(lambda _m: "(-\\infty,\\infty)", s)
+    if "infinity" in s:
+        s = _INFINITY_WORD.sub(lambda _m: "\\infty", s)
     if "mod" in s:
         s = _MOD_ARG.sub(r"\\\1{\2}", s)
     elif "\\equiv" in s:
@@ -196,6 +208,8 @@ def _mixed(m: re.Match) -> Fraction | None:
 def number(s: str) -> Fraction | None:
     """Read a normalised answer as an exact number, or ``None`` when it is not a plain number."""
     s = canonical_thousands(s.strip())
+    if s.lower() in _NUMBER_WORDS:
+        return Fraction(_NUMBER_WORDS[s.lower()])
     if not s or len(s) > 120 or not re.search(r"\d", s):
         return None
     if m := _MIXED_RE.fullmatch(_WS.sub(" ", s)):
