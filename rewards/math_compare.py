@@ -30,6 +30,7 @@ _MATRIX = re.compile(r"^\(?\s*\\begin\{(?:pmatrix|bmatrix|matrix|array|smallmatr
                      r"\\end\{(?:pmatrix|bmatrix|matrix|array|smallmatrix)\}\s*\)?$", re.DOTALL)
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(?:(a|p)\.?\s*m\.?)?$", re.IGNORECASE)
 _TEXT = re.compile(r"[A-Za-z][A-Za-z .'-]*")
+_INFINITY = {"\\infty": 1, "+\\infty": 1, "-\\infty": -1, "\\infty^+": 1}
 _ARTICLE = re.compile(r"^(?:an?|the)\s+(?=\w)")
 MAX_DEPTH = 6
 MAX_CHARS = 10_000
@@ -53,6 +54,9 @@ def equal(pred: str, gold: str, rel_tol: float = 1e-9, depth: int = 0) -> bool |
         return False  # (no final answer runs to thousands of characters: only the same text counts)
     if hedges(p) and not has_or(g) and len(items_of(g)[1]) <= 1:
         return False  # "5 or 6" against one gold: a hedge
+    ip, ig = _INFINITY.get(mn.key(p)), _INFINITY.get(mn.key(g))
+    if ip is not None or ig is not None:
+        return ip == ig  # an interval's end: only the same infinity equals it
     verdict = number_verdict(p, g, pred, gold, rel_tol)
     if verdict is not None:
         return verdict
