@@ -30,6 +30,7 @@ _MATRIX = re.compile(r"^\(?\s*\\begin\{(?:pmatrix|bmatrix|matrix|array|smallmatr
                      r"\\end\{(?:pmatrix|bmatrix|matrix|array|smallmatrix)\}\s*\)?$", re.DOTALL)
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(?:(a|p)\.?\s*m\.?)?$", re.IGNORECASE)
 _TEXT = re.compile(r"[A-Za-z][A-Za-z .'-]*")
+_HALF_OPEN = re.compile(r"\[[^\[\]()]*,[^\[\]()]*\)|\([^\[\]()]*,[^\[\]()]*\]")
 _INFINITY = {"\\infty": 1, "+\\infty": 1, "-\\infty": -1, "\\infty^+": 1}
 _ARTICLE = re.compile(r"^(?:an?|the)\s+(?=\w)")
 MAX_DEPTH = 6
@@ -60,6 +61,8 @@ def equal(pred: str, gold: str, rel_tol: float = 1e-9, depth: int = 0) -> bool |
     verdict = number_verdict(p, g, pred, gold, rel_tol)
     if verdict is not None:
         return verdict
+    if (mn.number(p) is None) != (mn.number(g) is None) and (_HALF_OPEN.search(p) or _HALF_OPEN.search(g)):
+        return False  # a half-open interval is a set, never a number (``-[0,1)`` against ``1``)
 
     def eq(a: str, b: str) -> bool | None:
         return equal(a, b, rel_tol, depth + 1)
