@@ -18,9 +18,9 @@ Beyond a plain name (or a tuple of plain names), a label must carry a value with
 labels (``a = 1, b = 2``) is a *record*: its order is its meaning (``2, 1`` is wrong for it), and
 two records with the same labels are matched label by label (``a_{37} = 19, a_3 = 2`` equals
 ``a_3 = 2, a_{37} = 19``). Labels that apply a function to plain variables (``f(x)``, ``W(n)``)
-are the same label whatever the variables are called; :func:`rename_bound` compares such
-definitions with their bound variables renamed (``f(x) = x^2`` equals ``f(t) = t^2``, not
-``f(t) = x^2``).
+or index a sequence by one (``a_n``) are the same label whatever the variables are called;
+:func:`rename_bound` compares such definitions with their bound variables renamed (``f(x) = x^2``
+equals ``f(t) = t^2``, not ``f(t) = x^2``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ _ATOM = (rf"(?:{_DECOR}|\\[A-Za-z]+|[A-Za-z])(?:_\s*(?:\{{[^{{}}]*\}}|[A-Za-z0-9
 _TERM = re.compile(rf"(?:{_ATOM}\s*)+")
 _SIMPLE = re.compile(r"^(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?(?:\([a-zA-Z](?:,\s*[a-zA-Z])*\))?'*$")
 _APPLY = re.compile(r"^((?:[a-zA-Z]|\\[a-zA-Z]+)(?:\^\{-1\})?)\(([a-z](?:,[a-z])*)\)$")
+_INDEXED = re.compile(r"^([a-zA-Z])_\{?([a-z])\}?$")
 _RELATION_SIGNS = ("<", ">", "\\leq", "\\geq", "\\neq", "\\approx")
 MAX_LABEL = 80
 
@@ -146,7 +147,10 @@ def label_key(label: str) -> str:
     variables (``f(x)`` and ``f(t)`` are one label, ``P(A)`` and ``P(B)`` two)."""
     k = re.sub(r"_\{(\w)\}", r"_\1", mn.key(label))
     m = _APPLY.match(k)
-    return f"{m.group(1)}({m.group(2).count(',') + 1})" if m else k
+    if m:
+        return f"{m.group(1)}({m.group(2).count(',') + 1})"
+    m = _INDEXED.match(k)
+    return f"{m.group(1)}_(1)" if m else k
 
 
 def record_labels(items: list[str]) -> list[str] | None:
@@ -159,9 +163,13 @@ def record_labels(items: list[str]) -> list[str] | None:
 
 
 def bound_variables(label: str) -> list[str] | None:
-    """The plain variables a function label binds (``f(x, y)`` -> ``[x, y]``), else ``None``."""
-    m = _APPLY.match(mn.key(label))
-    return m.group(2).split(",") if m else None
+    """The plain variables a function or sequence label binds (``f(x, y)`` -> ``[x, y]``,
+    ``a_n`` -> ``[n]``), else ``None``."""
+    k = mn.key(label)
+    if m := _APPLY.match(k):
+        return m.group(2).split(",")
+    m = _INDEXED.match(k)
+    return [m.group(2)] if m else None
 
 
 def _rename(node: mx.Node, names: dict[str, str]) -> mx.Node:
