@@ -59,8 +59,9 @@ Policies, each with its reason:
   A predicted record of one-letter names against a gold tuple is also read in alphabetical order
   (``y=3, x=5`` is ``(5, 3)``). A sum, a power or a number is no label (``x+z=1`` and ``7=11a+c``
   are equations).
-- **Functions.** ``f(x) = x^2`` equals ``f(t) = t^2`` and ``W(n)=1`` equals ``W(x)=1`` (a bound
-  variable's name does not matter), not ``f(t) = x^2`` (another function). A trailing quantifier
+- **Functions.** ``f(x) = x^2`` equals ``f(t) = t^2``, ``W(n)=1`` equals ``W(x)=1`` and
+  ``a_n = 2n+1`` equals ``a_k = 2k+1`` (a bound variable's name does not matter), not
+  ``f(t) = x^2`` (another function). A trailing quantifier
   (``for all x``, ``\\forall x \\in \\mathbb{R}``) is dropped; ``f \\equiv 0`` reads as ``f = 0``.
 - **Hedges.** Against a gold with one value, several different boxed answers, several ``#### N``,
   or "or" between answers ("5 or 6", ``5 \\lor 6``) score 0: a hedge must never earn the reward.
