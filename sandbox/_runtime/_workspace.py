@@ -39,6 +39,7 @@ if sys.argv[1:2] == ["local"]:
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
 
 STATE = "/run/agentrl"
+CHUNK = 8 << 20  # trees and archives travel in chunks of 8 MiB
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -94,6 +95,7 @@ class Runtime:
         self.shell_pid = self.shell_in = self.shell_out = -1
         self.pending = Capture(int(self.limits["max_output_bytes"]))  # output between commands
         self.sealed = False
+        self.upload, self.download = bytearray(), b""
         os.makedirs(STATE, mode=0o700, exist_ok=True)
         os.chown(STATE, self.uid, self.uid)
 
@@ -286,8 +288,14 @@ class Runtime:
             return self.agent_call(files.write_file, req["path"], req["data"], int(req["mode"]))
         if op == "list":
             return self.agent_call(files.list_dir, req["path"])
+        if op == "upload":  # a large archive comes in chunks before the request that uses it
+            self.upload += base64.b64decode(req["data"])
+            return {}
+        if op == "chunk":  # and a large tree leaves in chunks after the request that made it
+            i = int(req["i"]) * CHUNK
+            return {"data": base64.b64encode(self.download[i:i + CHUNK]).decode()}
         if op == "put":
-            files.extract(base64.b64decode(req["data"]), req["dest"], self.uid)
+            files.extract(self.take_upload(), req["dest"], self.uid)
             return {}
         if op == "mkdir":
             os.makedirs(req["path"], exist_ok=True)
@@ -307,7 +315,7 @@ class Runtime:
             files.end_all(self.keep, self.reap)
             self.stop_shell()
             files.wipe_tree()
-            files.extract(base64.b64decode(req["data"]), "/", self.uid)
+            files.extract(self.take_upload(), "/", self.uid)
             self.cwd = self.workdir
             self.start_shell(restore=False)
             return {}
@@ -315,8 +323,12 @@ class Runtime:
             return {"pids": len([p for p in processes() if p not in self.keep])}
         return {"error": f"unknown request {op!r}"}
 
+    def take_upload(self) -> bytes:
+        data, self.upload = bytes(self.upload), bytearray()
+        return data
+
     def tree(self, seal: bool) -> dict:
-        """The tree as a tar; ``seal`` ends every process first, for good."""
+        """The tree as a tar, fetched in chunks; ``seal`` ends every process first, for good."""
         if seal:
             self.sealed = True
             self.stop_shell()
@@ -324,10 +336,13 @@ class Runtime:
         else:
             files.signal_all(signal.SIGSTOP, self.keep)
         try:
-            return {"data": base64.b64encode(files.make_tree()).decode()}
+            self.download = files.make_tree(int(self.limits["storage_mb"]) << 20)
+        except files.TreeTooLarge as e:
+            return {"error": str(e), "too_large": True}
         finally:
             if not seal:
                 files.signal_all(signal.SIGCONT, self.keep)
+        return {"size": len(self.download), "chunks": -(-len(self.download) // CHUNK)}
 
 
 def serve(rt: Runtime) -> str:

@@ -38,6 +38,11 @@ class WorkspaceError(RuntimeError):
     that needed it leaves the loss, it is not a 0)."""
 
 
+class TreeTooLarge(WorkspaceError):
+    """The agent's tree is larger than its task's ``storage_mb``: it cannot be graded, and the agent
+    caused it (score it 0, unlike other workspace errors)."""
+
+
 class BuildError(WorkspaceError):
     """The task's environment could not be built (a Dockerfile instruction, a failing RUN line)."""
 

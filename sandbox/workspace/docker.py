@@ -9,8 +9,8 @@
   limits, capabilities dropped to those the runtime (root) needs to hand the tree to the agent and
   drop to its uid, ``no-new-privileges``. The agent is a user of its own (uid 10001) who owns the
   tree — the image's workdir and other non-system directories — as on the local backend, so it can
-  neither change the system nor end its runtime. ``storage_mb`` is a per-file size limit
-  (RLIMIT_FSIZE), since Docker caps a container's disk only on xfs with project quotas.
+  neither change the system nor end its runtime. ``storage_mb`` caps each file (RLIMIT_FSIZE), ``/tmp``
+  (a tmpfs) and the tree a seal returns (Docker caps a container's disk only on xfs with quotas).
 - **Runtime**: the container's pid 1 is a watcher (``_workspace.py watch``) and the workspace's runtime
   runs beside it through ``docker exec -i`` — the same runtime as the local backend's, so commands,
   timeouts, trees and grading behave the same. The runtime's files are bind-mounted read-only; the
@@ -112,7 +112,8 @@ class DockerWorkspace(RuntimeWorkspace):
             network_mode="bridge" if lim.allow_internet else "none", mem_limit=f"{lim.memory_mb}m",
             memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.max_processes,
             cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"], user="0", working_dir="/",
-            ulimits=[_fsize(lim.storage_mb)], volumes={RUNTIME_DIR: {"bind": MOUNT, "mode": "ro"}})
+            ulimits=[_fsize(lim.storage_mb)], volumes={RUNTIME_DIR: {"bind": MOUNT, "mode": "ro"}},
+            tmpfs={"/tmp": f"size={lim.storage_mb}m,mode=1777"})
         docker_cli = shutil.which("docker")
         if docker_cli is None:
             raise WorkspaceError("the docker workspace backend needs the docker command line client")
