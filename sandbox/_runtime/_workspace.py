@@ -11,10 +11,11 @@ request. It exits at the end of its input (the host closed it or died), at its T
 group), reading commands from a pipe, its stdout and stderr one stream. A command is wrapped so that
 it cannot read the protocol (stdin is ``/dev/null``), a syntax error is its own (``eval``), and it
 ends with a line holding a per-command random marker, its exit status and working directory; after
-each command the exported variables are saved. A command past its timeout: the process groups it
-started are SIGKILLed (its background jobs too); if the shell itself is stuck (a loop of builtins)
-or gone (``exit``), a new one starts in the saved directory with the saved variables. Background
-jobs of earlier commands keep running through both.
+each command the working directory and exported variables are saved. A command past its timeout:
+the process groups it started are SIGKILLed (its background jobs too) and so is the shell (the rest
+of the command line must not run on), and a new shell starts in the saved directory with the saved
+variables; a shell that exited (``exit``) is replaced the same way. Background jobs of earlier
+commands keep running through both.
 
 Standard library only, every module imported before the root pivots (the interpreter's own files
 are not in the workspace).
@@ -38,8 +39,8 @@ if sys.argv[1:2] == ["local"]:
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
 
 STATE = "/run/agentrl"
+CHUNK = 8 << 20  # trees and archives travel in chunks of 8 MiB
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-GRACE_S = 2.0  # a killed command's shell must report within this, else the shell is restarted
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -86,13 +87,17 @@ class Runtime:
     def __init__(self, cfg: dict, cgroup_fds: list[int]) -> None:
         self.cfg, self.cgroup_fds = cfg, cgroup_fds
         self.uid, self.limits = int(cfg["uid"]), cfg["limits"]
-        self.env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb", "PAGER": "cat",
+        image_env = dict(os.environ) if cfg.get("container") else {}  # a Docker image's ENV lines
+        self.env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **image_env, "TERM": "dumb", "PAGER": "cat",
                     "GIT_PAGER": "cat", **cfg.get("env", {})}
         self.workdir = self.cwd = cfg.get("workdir", "/")
         self.keep = {1} | self._ancestors()  # never signalled: the container's init, this runtime's parents
         self.shell_pid = self.shell_in = self.shell_out = -1
         self.pending = Capture(int(self.limits["max_output_bytes"]))  # output between commands
         self.sealed = False
+        self.upload, self.download = bytearray(), b""
+        os.makedirs(STATE, mode=0o700, exist_ok=True)
+        os.chown(STATE, self.uid, self.uid)
 
     @staticmethod
     def _ancestors() -> set[int]:
@@ -190,7 +195,8 @@ class Runtime:
             self.reap()
             self.shell_pid = self.shell_in = self.shell_out = -1
 
-    def reap(self) -> None:
+    @staticmethod
+    def reap() -> None:
         """Reap every exited child (pid 1 of a workspace reaps its orphans too)."""
         while True:
             try:
@@ -217,16 +223,16 @@ class Runtime:
         before = set(processes().values())
         self.send(f"IFS= read -r -d '' __agentrl_cmd <<'AGENTRL_{nonce}'\n{command}\nAGENTRL_{nonce}\n"
                   f"eval \"$__agentrl_cmd\" < /dev/null\n__agentrl_rc=$?\n"
-                  f"export -p > {STATE}/env 2>/dev/null\n"
+                  f"export -p 2>/dev/null > {STATE}/env\n"
                   f"printf '\\n{nonce} %d %s\\n' \"$__agentrl_rc\" \"$PWD\"\n")
         start = time.monotonic()
         found = self.read_until(cap, nonce.encode(), start + timeout_s)
-        timed_out = False
-        if found is None and self.shell_alive():
-            timed_out = True
-            self.kill_new_groups(before)
-            found = self.read_until(cap, nonce.encode(), time.monotonic() + GRACE_S)
-        if found is None:  # the shell exited (``exit``) or is stuck in its own loop: a new one
+        timed_out = found is None and time.monotonic() >= start + timeout_s  # else: the shell's output ended
+        if found is None:  # past its timeout, or the shell exited (``exit``): a new shell, the saved state
+            if timed_out:  # the shell first: the rest of the command line must not run on
+                os.kill(self.shell_pid, signal.SIGKILL)
+                self.kill_new_groups(before)
+            self.read_until(cap, b"", time.monotonic() + 0.2)  # what the killed command printed last
             self.stop_shell()
             self.start_shell(restore=True)
             code, cut = None, 0
@@ -234,13 +240,7 @@ class Runtime:
             code, cut, self.cwd = found
         output, truncated = cap.result(cut)
         return {"exit_code": code, "output": output, "timed_out": timed_out, "truncated": truncated,
-                "duration_s": time.monotonic() - start, "shell_restarted": found is None}
-
-    def shell_alive(self) -> bool:
-        try:
-            return os.waitpid(self.shell_pid, os.WNOHANG)[0] == 0
-        except ChildProcessError:
-            return False
+                "duration_s": time.monotonic() - start, "shell_restarted": found is None and not timed_out}
 
     def read_until(self, cap: Capture, nonce: bytes, deadline: float) -> tuple[int, int, str] | None:
         """Read the shell's output into ``cap`` until the marker line: (status, its length, cwd)."""
@@ -255,6 +255,8 @@ class Runtime:
             if not data:
                 return None
             cap.add(data)
+            if not nonce:
+                continue
             tail = cap.last(8192)
             at = tail.rfind(b"\n" + nonce + b" ")
             if at >= 0 and tail.endswith(b"\n"):
@@ -286,8 +288,14 @@ class Runtime:
             return self.agent_call(files.write_file, req["path"], req["data"], int(req["mode"]))
         if op == "list":
             return self.agent_call(files.list_dir, req["path"])
+        if op == "upload":  # a large archive comes in chunks before the request that uses it
+            self.upload += base64.b64decode(req["data"])
+            return {}
+        if op == "chunk":  # and a large tree leaves in chunks after the request that made it
+            i = int(req["i"]) * CHUNK
+            return {"data": base64.b64encode(self.download[i:i + CHUNK]).decode()}
         if op == "put":
-            files.extract(base64.b64decode(req["data"]), req["dest"], self.uid)
+            files.extract(self.take_upload(), req["dest"], self.uid)
             return {}
         if op == "mkdir":
             os.makedirs(req["path"], exist_ok=True)
@@ -307,7 +315,7 @@ class Runtime:
             files.end_all(self.keep, self.reap)
             self.stop_shell()
             files.wipe_tree()
-            files.extract(base64.b64decode(req["data"]), "/", self.uid)
+            files.extract(self.take_upload(), "/", self.uid)
             self.cwd = self.workdir
             self.start_shell(restore=False)
             return {}
@@ -315,8 +323,12 @@ class Runtime:
             return {"pids": len([p for p in processes() if p not in self.keep])}
         return {"error": f"unknown request {op!r}"}
 
+    def take_upload(self) -> bytes:
+        data, self.upload = bytes(self.upload), bytearray()
+        return data
+
     def tree(self, seal: bool) -> dict:
-        """The tree as a tar; ``seal`` ends every process first, for good."""
+        """The tree as a tar, fetched in chunks; ``seal`` ends every process first, for good."""
         if seal:
             self.sealed = True
             self.stop_shell()
@@ -324,10 +336,13 @@ class Runtime:
         else:
             files.signal_all(signal.SIGSTOP, self.keep)
         try:
-            return {"data": base64.b64encode(files.make_tree()).decode()}
+            self.download = files.make_tree(int(self.limits["storage_mb"]) << 20)
+        except files.TreeTooLarge as e:
+            return {"error": str(e), "too_large": True}
         finally:
             if not seal:
                 files.signal_all(signal.SIGCONT, self.keep)
+        return {"size": len(self.download), "chunks": -(-len(self.download) // CHUNK)}
 
 
 def serve(rt: Runtime) -> str:
@@ -356,8 +371,30 @@ def serve(rt: Runtime) -> str:
         rt.reap()
 
 
+def watch(ttl_s: float) -> None:
+    """A Docker workspace's pid 1: reap orphans, and end the container when its runtime has gone (its
+    owner closed it or died) or at the TTL; a runtime that never came is waited for two minutes."""
+    start, seen = time.monotonic(), False
+    while time.monotonic() - start < ttl_s:
+        running = False
+        for pid in processes():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    running = running or b"_workspace.py\x00container" in f.read()
+            except OSError:
+                continue
+        seen = seen or running
+        if not running and (seen or time.monotonic() - start > 120):
+            return
+        Runtime.reap()
+        time.sleep(0.5)
+
+
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "watch":
+        watch(float(sys.argv[2]))
+        return
     cfg = read_frame(0)
     if cfg is None:
         return
@@ -365,6 +402,9 @@ def main() -> None:
         if mode != "local":  # orphans of the agent come to this runtime, which reaps them
             _libc.prctl(36, ctypes.c_ulong(1), 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
         fds = _ws_root.enter(cfg) if mode == "local" else []
+        cfg["container"] = mode == "container"
+        if cfg["container"]:
+            files.prepare_container(int(cfg["uid"]))
         rt = Runtime(cfg, fds)
         rt.start_shell(restore=False)
     except Exception as e:  # noqa: BLE001 - the host reports why the workspace could not start

@@ -20,7 +20,9 @@ import time
 
 from _ws_common import SYSTEM_DIRS, processes  # type: ignore[import-not-found]
 
-MAX_TREE_BYTES = 1 << 30
+
+class TreeTooLarge(OSError):
+    """The tree is larger than the workspace's storage allows (the agent's doing: it scores 0)."""
 
 
 def read_file(path: str, max_bytes: int) -> dict:
@@ -64,8 +66,8 @@ def _excluded(path: str) -> bool:
     return path == "/logs/verifier" or path.startswith("/logs/verifier/")
 
 
-def make_tree() -> bytes:
-    """A tar of the tree (links as links; no devices, fifos or sockets)."""
+def make_tree(limit: int) -> bytes:
+    """A tar of the tree (links as links; no devices, fifos or sockets), at most ``limit`` bytes."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for root in tree_roots():
@@ -76,26 +78,41 @@ def make_tree() -> bytes:
                 tar.add(top, arcname=top.lstrip("/"), recursive=False)
                 for name in sorted(files) + sorted(d for d in dirs if os.path.islink(os.path.join(top, d))):
                     path = os.path.join(top, name)
+                    if _excluded(path):  # a link the agent made where the grader's directory goes
+                        continue
                     st = os.lstat(path)
                     if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                         tar.add(path, arcname=path.lstrip("/"), recursive=False)
                 dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(top, d))
                                  and not os.path.ismount(os.path.join(top, d)))
-                if buf.tell() > MAX_TREE_BYTES:
-                    raise OSError("the tree is larger than 1 GiB")
+                if buf.tell() > limit:
+                    raise TreeTooLarge(f"the tree is larger than the task's storage ({limit >> 20} MB)")
     return buf.getvalue()
 
 
 def extract(data: bytes, dest: str, uid: int) -> None:
-    """Unpack a tar under ``dest`` (nothing may land outside it) and give the agent what it unpacked."""
+    """Unpack a tar under ``dest`` and give the agent what it unpacked. Nothing lands outside
+    ``dest``: absolute or ``..`` names are refused, no member is written through a link (its parent
+    directory must be a real directory under ``dest``), devices and fifos are skipped, a hard link
+    must point at a member already unpacked. (Written out rather than ``filter="data"``, which older
+    Pythons in task images lack and which would refuse the agent's own absolute links.)"""
     os.makedirs(dest, exist_ok=True)
+    root = os.path.realpath(dest)
+    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    done: set[str] = set()
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = tar.getmembers()
-        tar.extractall(dest, members=members, filter="data")
-    for m in members:
-        path = os.path.join(dest, m.name)
-        if os.path.lexists(path):
-            os.lchown(path, uid, uid)
+        for m in tar:
+            name = os.path.normpath(m.name)
+            if name.startswith(("/", "..")) or m.isdev() or m.isfifo():
+                continue
+            parent = os.path.join(root, os.path.dirname(name))
+            if os.path.realpath(parent) != os.path.normpath(parent):
+                raise OSError(f"{m.name}: its directory is a link")
+            if m.islnk() and os.path.normpath(m.linkname) not in done:
+                raise OSError(f"{m.name}: a hard link to {m.linkname}, which is not in the archive")
+            tar.extract(m, root, set_attrs=True, **trusted)
+            os.lchown(os.path.join(root, name), uid, uid)
+            done.add(name)
     if dest != "/":
         os.lchown(dest, uid, uid)
 
@@ -134,3 +151,24 @@ def end_all(keep: set[int], reap) -> None:
         time.sleep(0.005)
         reap()
     reap()
+
+
+def prepare_container(uid: int) -> None:
+    """In a Docker workspace (as root): an ``agent`` user of ``uid`` who owns the tree (the image's
+    files included) and ``/logs``; the system stays root's."""
+    with open("/etc/passwd") as f:
+        known = any(line.split(":")[2:3] == [str(uid)] for line in f)
+    if not known:
+        with open("/etc/passwd", "a") as f:
+            f.write(f"agent:x:{uid}:{uid}:agent:/root:/bin/bash\n")
+        with open("/etc/group", "a") as f:
+            f.write(f"agent:x:{uid}:\n")
+    for d in ("/logs/agent", "/logs/verifier", "/root"):
+        os.makedirs(d, exist_ok=True)
+    for root in tree_roots():
+        if root == "/tmp":
+            continue
+        for top, dirs, names in os.walk(root, followlinks=False):
+            dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(top, d))]  # the runtime's own files
+            for name in [top] + [os.path.join(top, n) for n in dirs + names]:
+                os.lchown(name, uid, uid)

@@ -95,11 +95,12 @@ def remove_stale_cgroups() -> None:
                     pass
 
 
-def make_cgroups(limits: dict) -> dict[str, str]:
-    """The workspace's cgroups with its memory, pids and cpu limits; {} where they cannot be made."""
+def make_cgroups(limits: dict, owner: int) -> dict[str, str]:
+    """The workspace's cgroups (``agentrl-ws-OWNER-WAITER``: the pids of the process that opened it
+    and of its waiter) with its memory, pids and cpu limits; {} where they cannot be made."""
     try:
         remove_stale_cgroups()
-        dirs = cgroup_dirs(CGROUP_PREFIX + str(os.getpid()))
+        dirs = cgroup_dirs(f"{CGROUP_PREFIX}{owner}-{os.getpid()}")
         v2 = len(set(dirs.values())) == 1
         for path in set(dirs.values()):
             os.makedirs(path, exist_ok=True)
@@ -148,7 +149,7 @@ def cgroup_fds(dirs: dict[str, str]) -> list[int]:
 def enter(cfg: dict) -> list[int]:
     """Split into the waiter (which never returns) and the init, which returns the cgroup fds its
     children join, inside the built root."""
-    dirs = make_cgroups(cfg["limits"])
+    dirs = make_cgroups(cfg["limits"], int(cfg.get("owner", 0)))
     unshare(CLONE_NEWPID)
     pid = os.fork()
     if pid:
@@ -222,7 +223,7 @@ def build_root(cfg: dict) -> None:
     os.chdir("/")
     _check(_libc.umount2(b"/.oldroot", MNT_DETACH), "umount old root")
     os.rmdir("/.oldroot")
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")  # the agent sees its own only
 
 
 def _bind_ro(src: str, dst: str) -> None:

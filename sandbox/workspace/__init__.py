@@ -12,13 +12,14 @@ from .base import (
     CommandResult,
     FileEntry,
     Tree,
+    TreeTooLarge,
     Workspace,
     WorkspaceError,
     WorkspaceLimits,
     WorkspaceSpec,
 )
 
-__all__ = ["BACKENDS", "BuildError", "BuildStep", "CommandResult", "FileEntry", "Tree", "Workspace",
+__all__ = ["BACKENDS", "BuildError", "BuildStep", "CommandResult", "FileEntry", "Tree", "TreeTooLarge", "Workspace",
            "WorkspaceError", "WorkspaceLimits", "WorkspaceSpec", "open_workspace"]
 
 BACKENDS = ("local", "docker")

@@ -38,6 +38,11 @@ class WorkspaceError(RuntimeError):
     that needed it leaves the loss, it is not a 0)."""
 
 
+class TreeTooLarge(WorkspaceError):
+    """The agent's tree is larger than its task's ``storage_mb``: it cannot be graded, and the agent
+    caused it (score it 0, unlike other workspace errors)."""
+
+
 class BuildError(WorkspaceError):
     """The task's environment could not be built (a Dockerfile instruction, a failing RUN line)."""
 
@@ -117,10 +122,10 @@ class CommandResult:
         """The output as an agent sees it, with a one-line note when the command did not end normally."""
         notes = []
         if self.timed_out:
-            notes.append(f"[the command ran past its {self.timeout_s:g} s timeout and was killed; "
-                         f"its output so far is above]")
+            notes.append(f"[the command ran past its {self.timeout_s:g} s timeout and was killed; its output "
+                         f"so far is above; directory and variables are as before it]")
         if self.shell_restarted:
-            notes.append("[the shell was restarted: working directory and exported variables were kept]")
+            notes.append("[the shell exited and was restarted: working directory and exported variables were kept]")
         if self.exit_code not in (0, None) and not self.timed_out:
             notes.append(f"[exit code {self.exit_code}]")
         return self.output + ("\n" if self.output and not self.output.endswith("\n") and notes else "") \
@@ -185,6 +190,9 @@ def tree_diff(before: Tree, after: Tree, max_bytes: int = 65536) -> str:
             continue
         la = [] if texts[0] is False else texts[0].splitlines(keepends=True)
         lb = [] if texts[1] is False else texts[1].splitlines(keepends=True)
+        if not la and not lb:  # an empty file came or went
+            parts.append(f"{'new' if old is None else 'deleted'} empty file {path}\n")
+            continue
         parts.append("".join(difflib.unified_diff(la, lb, "/dev/null" if old is None else f"a{path}",
                                                   "/dev/null" if new is None else f"b{path}")))
     out = "".join(p if p.endswith("\n") else p + "\n" for p in parts)
@@ -246,6 +254,18 @@ class Workspace:
 
     def seal(self) -> Tree:
         """End every process of the workspace and return its final tree (for grading)."""
+        raise NotImplementedError
+
+    def put_archive(self, dest: str, data: bytes) -> None:
+        """Unpack the tar ``data`` under ``dest`` (owned by the agent)."""
+        raise NotImplementedError
+
+    def put_dir(self, host_dir: str, dest: str) -> None:
+        """Copy a host directory's contents to ``dest`` in the workspace."""
+        raise NotImplementedError
+
+    def process_count(self) -> int:
+        """Processes of the agent running now (the shell included); raises if the workspace has ended."""
         raise NotImplementedError
 
     def close(self) -> None:

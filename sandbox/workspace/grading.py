@@ -42,8 +42,10 @@ def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "l
 
     start = time.monotonic()
     env = tuple((k, v) for k, v in spec.env if k not in dict(VERIFIER_ENV)) + VERIFIER_ENV
+    roomy = spec.limits.replace(storage_mb=2 * spec.limits.storage_mb + 64)  # the tree may fill the agent's
     try:
-        with open_workspace(spec.replace(env=env, name=f"{spec.name} (verifier)"), backend, tree=tree) as ws:
+        with open_workspace(spec.replace(env=env, limits=roomy, name=f"{spec.name} (verifier)"), backend,
+                            tree=tree) as ws:
             ws.exec("rm -rf /logs/verifier/* /logs/verifier/.[!.]* 2>/dev/null; true", timeout_s=30)
             ws.put_dir(tests_dir, "/tests")
             r = ws.exec(command, timeout_s=timeout_s)

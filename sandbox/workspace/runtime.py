@@ -25,6 +25,7 @@ from .base import (
     CommandResult,
     FileEntry,
     Tree,
+    TreeTooLarge,
     Workspace,
     WorkspaceError,
     WorkspaceSpec,
@@ -32,6 +33,7 @@ from .base import (
 )
 
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_runtime")
+CHUNK = 8 << 20  # archives travel in chunks of 8 MiB (the runtime's CHUNK)
 MARGIN_S = 15.0  # an answer may come this much later than the command's own timeout
 BUILD_RUN_TIMEOUT_S = 600.0
 
@@ -48,7 +50,7 @@ class RuntimeWorkspace(Workspace):
         self.info: dict[str, Any] = {}
         try:
             self.proc = self._launch()
-            cfg = {"uid": self._uid(), "limits": _limits(spec), "workdir": "/", "env": {}}
+            cfg = {"uid": self._uid(), "limits": _limits(spec), "workdir": "/", "env": {}, "owner": os.getpid()}
             self.info = self._request(cfg, 120.0, first=True)["ready"]
             self._prepare(tree)
         except BaseException:
@@ -75,7 +77,8 @@ class RuntimeWorkspace(Workspace):
         if tree is None:
             self._build()
         else:
-            self._request({"op": "restore", "data": base64.b64encode(tree.data).decode()}, 120.0)
+            self._upload(tree.data)
+            self._request({"op": "restore"}, 300.0)
         self._request({"op": "mkdir", "path": self.spec.workdir}, 30.0)
         self._request({"op": "workdir", "path": self.spec.workdir}, 30.0)
         if self.spec.env:
@@ -95,7 +98,7 @@ class RuntimeWorkspace(Workspace):
             from .dockerfile import copy_archive
 
             dest, data = copy_archive(self.spec.context, list(args[:-1]), args[-1], self._workdir_now)
-            self._request({"op": "put", "dest": dest, "data": base64.b64encode(data).decode()}, 120.0)
+            self.put_archive(dest, data)
         elif kind == "run":
             r = self.exec(args[0], timeout_s=BUILD_RUN_TIMEOUT_S)
             if r.exit_code != 0:
@@ -128,20 +131,39 @@ class RuntimeWorkspace(Workspace):
         return [FileEntry(*e) for e in out["entries"]]
 
     def snapshot(self) -> Tree:
-        return Tree(base64.b64decode(self._request({"op": "snapshot"}, 300.0)["data"]))
+        return self._download("snapshot")
 
     def restore(self, tree: Tree) -> None:
-        self._request({"op": "restore", "data": base64.b64encode(tree.data).decode()}, 300.0)
+        self._upload(tree.data)
+        self._request({"op": "restore"}, 300.0)
         self._request({"op": "workdir", "path": self.spec.workdir}, 30.0)
         if self.spec.env:
             self._request({"op": "setenv", "vars": dict(self.spec.env)}, 30.0)
 
     def seal(self) -> Tree:
-        return Tree(base64.b64decode(self._request({"op": "seal"}, 300.0)["data"]))
+        return self._download("seal")
 
     def put_archive(self, dest: str, data: bytes) -> None:
         """Unpack the tar ``data`` under ``dest`` (owned by the agent)."""
-        self._request({"op": "put", "dest": dest, "data": base64.b64encode(data).decode()}, 300.0)
+        self._upload(data)
+        self._request({"op": "put", "dest": dest}, 300.0)
+
+    def _upload(self, data: bytes) -> None:
+        for i in range(0, len(data), CHUNK):
+            self._request({"op": "upload", "data": base64.b64encode(data[i:i + CHUNK]).decode()}, 120.0)
+
+    def _download(self, op: str) -> Tree:
+        try:
+            out = self._request({"op": op}, 300.0)
+        except WorkspaceError as e:
+            if "larger than the task's storage" in str(e):
+                raise TreeTooLarge(str(e)) from None
+            raise
+        data = b"".join(base64.b64decode(self._request({"op": "chunk", "i": i}, 120.0)["data"])
+                        for i in range(out["chunks"]))
+        if len(data) != out["size"]:
+            raise WorkspaceError(f"{self.spec.name}: a tree of {out['size']} bytes arrived as {len(data)}")
+        return Tree(data)
 
     def put_dir(self, host_dir: str, dest: str) -> None:
         """Copy a host directory's contents to ``dest`` in the workspace."""
