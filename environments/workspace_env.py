@@ -19,7 +19,12 @@ the state an agent leaves when its time is up, and so do we). ``info["ended_by"]
 workspace and returns its tree; the workspace is closed; ``grade`` then runs on that tree (a Harbor
 task's verifier in a fresh workspace, with its tests copied in only then). The reward is the
 grader's; a grader that could not run (``Verdict.error``) marks the sample failed (``info["failed"]``:
-it leaves the loss, as failed samples do) rather than scoring it 0.
+it leaves the loss, as failed samples do) rather than scoring it 0. A tree larger than the task's
+storage (``TreeTooLarge``) is the agent's doing: 0, ungraded.
+
+``pool_size`` > 0 keeps that many started workspaces per task in a warm pool
+(:class:`sandbox.workspace.pool.WorkspacePool`, shared by the env's per-episode copies and closed
+with the env that made it), so an episode's first tool call does not wait for a build.
 
 **The record.** The final step's ``info["trajectory_info"]`` (merged into the trajectory's info by
 the multi-turn executor) holds ``commands`` and ``outputs`` (each tool call and the text it
@@ -37,9 +42,10 @@ from agentrl.types import Task
 from environments.tool_parsers import PROMPTS, get_parser
 from environments.tools import ToolCallError, check_arguments, tools_text
 from environments.workspace_tools import WorkspaceSession, call_line, workspace_tools
-from sandbox.workspace import BACKENDS, Tree, WorkspaceSpec
+from sandbox.workspace import BACKENDS, Tree, TreeTooLarge, WorkspaceSpec
 from sandbox.workspace.base import tree_diff
 from sandbox.workspace.grading import Verdict
+from sandbox.workspace.pool import WorkspacePool
 
 AGENT_PROMPT = (
     "You are an agent working in a Linux computer (bash, coreutils, grep, sed, awk, find, diff, patch, git and "
@@ -56,20 +62,20 @@ class WorkspaceEnv(TextEnv):
 
     def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
-                 system_prompt: str | None = None, render_mode: str | None = None) -> None:
+                 system_prompt: str | None = None, pool_size: int = 0, render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if backend not in BACKENDS:
             raise EnvError(f"backend={backend!r}: unknown workspace backend; valid: {', '.join(BACKENDS)}")
-        if max_turns < 1 or max_calls_per_turn < 1 or command_timeout_s <= 0 or max_output_chars < 100:
+        if max_turns < 1 or max_calls_per_turn < 1 or command_timeout_s <= 0 or max_output_chars < 100 or pool_size < 0:
             raise EnvError("max_turns and max_calls_per_turn must be >= 1, command_timeout_s > 0, "
-                           "max_output_chars >= 100")
+                           "max_output_chars >= 100, pool_size >= 0")
         try:
             self.parse = get_parser(tool_parser)
         except ValueError as e:
             raise EnvError(str(e)) from None
         self.backend, self.tool_parser, self.max_turns = backend, tool_parser, max_turns
         self.max_calls_per_turn, self.max_output_chars = max_calls_per_turn, max_output_chars
-        self.session = WorkspaceSession(backend)
+        self.session = WorkspaceSession(backend, WorkspacePool(backend, pool_size) if pool_size else None)
         self.tools = {t.name: t for t in workspace_tools(self.session, command_timeout_s, max_output_chars)}
         self.tools_text = tools_text(list(self.tools.values()), PROMPTS[tool_parser])
         self.prompt_template = system_prompt or AGENT_PROMPT + "\n\n{tools}"
@@ -156,10 +162,14 @@ class WorkspaceEnv(TextEnv):
         try:
             tree = ws.seal()
             diff = tree_diff(ws.initial, tree) if ws.initial is not None else ""
+        except TreeTooLarge as e:  # the agent filled its storage: its doing, scored 0 (not an infra failure)
+            tree, diff = None, ""
+            verdict = Verdict(0.0, output=f"not graded: {e}")
         finally:
             self.session.detach()
             ws.close()
-        verdict = self.grade(self.task, tree)
+        if tree is not None:
+            verdict = self.grade(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
                                "error": verdict.error},
@@ -174,4 +184,4 @@ class WorkspaceEnv(TextEnv):
         return "", reward, terminated, not terminated, info
 
     def close(self) -> None:
-        self.session.close()
+        self.session.shutdown()

@@ -3,7 +3,7 @@
 (``environments.tool_parsers``: hermes, qwen3_coder, llama3_json, pythonic).
 
 They act on one episode's :class:`sandbox.workspace.Workspace`, held by a :class:`WorkspaceSession`
-that opens it on first use, counts the time the agent's commands take against the task's agent
+that opens it on first use (or takes a started one from a warm :class:`sandbox.workspace.pool.WorkspacePool`), counts the time the agent's commands take against the task's agent
 timeout, and keeps the record of the episode (each call as a command line and the text it returned).
 
 - ``bash``: one command in the workspace's shell (its working directory, exported variables and
@@ -32,6 +32,7 @@ from typing import Any
 
 from environments.tools import Tool, ToolCallError
 from sandbox.workspace import Workspace, WorkspaceSpec, open_workspace
+from sandbox.workspace.pool import WorkspacePool
 
 MAX_FILE_BYTES = 1 << 20  # read_file shows and str_replace edits at most this much of a file
 CUT_MARK = "\n[... {n} characters cut ...]\n"
@@ -59,8 +60,9 @@ class WorkspaceSession:
     batch) shares nothing live: it has no workspace and an empty record.
     """
 
-    def __init__(self, backend: str = "local") -> None:
-        self.backend = backend
+    def __init__(self, backend: str = "local", pool: WorkspacePool | None = None) -> None:
+        self.backend, self.pool = backend, pool
+        self.owns_pool = pool is not None  # a copy uses the pool; the session that made it closes it
         self.spec: WorkspaceSpec | None = None
         self.agent_timeout_s: float | None = None
         self._ws: Workspace | None = None
@@ -87,7 +89,7 @@ class WorkspaceSession:
         if self._ws is None:
             if self.spec is None:
                 raise RuntimeError("WorkspaceSession.start(spec) was not called")
-            self._ws = open_workspace(self.spec, self.backend)
+            self._ws = self.pool.acquire(self.spec) if self.pool else open_workspace(self.spec, self.backend)
         return self._ws
 
     def time_left(self) -> float:
@@ -104,12 +106,20 @@ class WorkspaceSession:
         return ws
 
     def close(self) -> None:
+        """Close the episode's workspace (the pool, if any, stays: see :meth:`shutdown`)."""
         ws = self.detach()
         if ws is not None:
             ws.close()
 
+    def shutdown(self) -> None:
+        """Close the workspace, and the warm pool if this session made it."""
+        self.close()
+        if self.pool is not None and self.owns_pool:
+            self.pool.close()
+
     def __deepcopy__(self, memo: dict[int, Any]) -> WorkspaceSession:
-        clone = WorkspaceSession(self.backend)
+        clone = WorkspaceSession(self.backend, self.pool)
+        clone.owns_pool = False
         clone.spec, clone.agent_timeout_s = self.spec, self.agent_timeout_s
         memo[id(self)] = clone
         return clone

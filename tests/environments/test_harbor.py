@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from harborkit import BACKENDS, EXAMPLES, SECRET, call, make_task
-from wscheck import cgroups, leftovers
+from wscheck import leftovers
 
 import agentrl
 from agentrl.env import EnvError
@@ -18,9 +18,8 @@ from environments.harbor.task import TaskError
 @pytest.fixture(scope="module", autouse=True)
 def no_workspace_left():
     """After the module's tests nothing of any workspace they opened is left on the host."""
-    before = cgroups()
     yield
-    assert not leftovers(before)
+    assert not leftovers()
 
 
 # ---------------------------------------------------------------------- the loader
@@ -279,4 +278,38 @@ def test_a_deep_copy_per_episode_shares_no_workspace(tmp_path: Path) -> None:
     assert clone.step(call("bash", command="cat out.txt"))[0].count("No such file") == 1  # its own workspace
     assert env.step(call("submit"))[1] == 1.0
     clone.close()
+    env.close()
+
+
+def test_a_warm_pool_serves_the_episodes_of_the_env_and_its_copies(tmp_path: Path) -> None:
+    from agentrl.rollout.env_pool import clone_env
+
+    make_task(tmp_path, "echo-42")
+    env = agentrl.make(f"harbor:{tmp_path}", pool_size=1)
+    pool = env.session.pool
+    for _ in range(2):
+        episode = clone_env(env)  # what the executor runs each episode on
+        assert episode.session.pool is pool
+        episode.reset(seed=0)
+        assert episode.step(call("bash", command="echo 42 > out.txt") + call("submit"))[1] == 1.0
+        episode.close()  # an episode's close leaves the pool to the env that made it
+    assert pool.hits >= 1 and pool.misses == 1 and not pool.closed
+    env.close()
+    assert pool.closed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_filling_the_storage_scores_zero_not_a_failure(tmp_path: Path, backend: str) -> None:
+    make_task(tmp_path, "full", extra_toml="")
+    toml = tmp_path / "full" / "task.toml"
+    toml.write_text(toml.read_text().replace("storage_mb = 128", "storage_mb = 16"))
+    env = agentrl.make(f"harbor:{tmp_path}", backend=backend)
+    env.reset(seed=0)
+    fill = "echo 42 > out.txt; for f in a b c; do head -c 9000000 /dev/zero > /app/$f; done; true"
+    _, r, term, _, i = env.step(call("bash", command=fill) + call("submit"))
+    assert term and not i.get("failed")  # never an infrastructure failure: the sample stays in the loss
+    if backend == "local":  # one tmpfs of storage_mb holds the whole tree: the writes fail, the tree is graded
+        assert r == 1.0
+    else:  # Docker caps the tree a seal returns: a larger one is the agent's doing, 0 and ungraded
+        assert r == 0.0 and i["trajectory_info"]["verifier"]["output"].startswith("not graded:")
     env.close()

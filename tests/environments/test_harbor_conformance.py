@@ -11,7 +11,7 @@ import pytest
 import test_conformance as conformance
 from gymnasium.utils.env_checker import check_env
 from harborkit import EXAMPLES
-from wscheck import cgroups, leftovers
+from wscheck import leftovers
 
 import agentrl
 
@@ -20,9 +20,8 @@ HARBOR = f"harbor:{EXAMPLES}"
 
 @pytest.fixture(scope="module", autouse=True)
 def no_workspace_left():
-    before = cgroups()
     yield
-    assert not leftovers(before)
+    assert not leftovers()
 
 
 def test_check_env() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from wscheck import cgroups, leftovers
+from wscheck import leftovers
 
 from environments.tool_parsers import PARSERS, render_calls
 from environments.tools import ToolCallError
@@ -35,9 +35,8 @@ RUN mkdir -p sub && head -c 300 /dev/urandom > blob.bin
 @pytest.fixture(scope="module", autouse=True)
 def no_workspace_left():
     """After the module's tests (and the workspaces they opened) nothing of a workspace is left."""
-    before = cgroups()
     yield
-    assert not leftovers(before)
+    assert not leftovers()
 
 
 @pytest.fixture(scope="module")
