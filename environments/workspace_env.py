@@ -110,7 +110,7 @@ class WorkspaceEnv(TextEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self.session.spec is None:
-            raise RuntimeError("call reset() before step()")
+            raise RuntimeError("call reset() before step() (an episode that ended needs a reset too)")
         action = action if isinstance(action, str) else str(action)
         self.turn += 1
         calls = self.parse(action, {n: t.parameters for n, t in self.tools.items()})
@@ -167,6 +167,7 @@ class WorkspaceEnv(TextEnv):
             verdict = Verdict(0.0, output=f"not graded: {e}")
         finally:
             self.session.detach()
+            self.session.spec = None  # the episode is over: a step now needs a reset first
             ws.close()
         if tree is not None:
             verdict = self.grade(self.task, tree)

@@ -197,7 +197,8 @@ class BashTool(WorkspaceTool):
             raise ToolCallError("the time for this task is up; the command was not run")
         result = self.session.workspace.exec(command, timeout_s=min(wanted, left))
         self.session.time_used += result.duration_s
-        text = cut_text(result.text(), self.max_output_chars)
+        notes = result.text()[len(result.output):]  # the timeout / exit code lines, never cut
+        text = cut_text(result.output, self.max_output_chars) + notes
         if result.timed_out and left < wanted:
             text += "\n[the time for this task is up]"
         return text if text.strip() else "(no output)"

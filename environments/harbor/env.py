@@ -120,7 +120,7 @@ class HarborEnv(WorkspaceEnv):
         limits = WorkspaceLimits(cpus=t.cpus, memory_mb=t.memory_mb, storage_mb=t.storage_mb,
                                  allow_internet=self.allow_internet and t.allow_internet,
                                  ttl_s=max(3600.0, 4 * (t.agent_timeout_s + t.verifier_timeout_s + t.build_timeout_s)),
-                                 max_output_bytes=4 * self.max_output_chars)
+                                 max_output_bytes=self.max_output_chars)  # the workspace cuts, with its mark
         try:
             df = parse_dockerfile(t.dockerfile, f"{t.name}: environment/Dockerfile")
             steps, workdir, env = df.steps, df.workdir, df.env

@@ -30,6 +30,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
 import threading
 from typing import Any
@@ -150,7 +151,8 @@ def image_for(client: Any, spec: WorkspaceSpec) -> str:
         if parsed_from not in _warned:
             _warned.add(parsed_from)
             print(f"agentrl: image {parsed_from} is not available locally (no registry here); building "
-                  f"{spec.name}'s Dockerfile on {base}, a Debian image made from this host's packages", flush=True)
+                  f"{spec.name}'s Dockerfile on {base}, a Debian image made from this host's packages",
+                  file=sys.stderr, flush=True)  # stdout is the caller's (agentrl tasks check --json)
         text = _replace_from(text, base)
     tag = "agentrl-task:" + _context_hash(spec.context, text)
     with _build_lock:

@@ -189,6 +189,8 @@ def test_a_reply_without_a_tool_call_ends_and_grades(tmp_path: Path) -> None:
     o, r, term, trunc, i = env.step("I am done.")
     assert (o, r, term, trunc, i["ended_by"]) == ("", 0.0, True, False, "no_tool_call")
     assert i["trajectory_info"]["commands"] == [] and i["trajectory_info"]["diff"] == ""
+    with pytest.raises(RuntimeError, match="needs a reset"):
+        env.step(call("bash", command="ls"))
     env.close()
 
 

@@ -161,3 +161,18 @@ def test_a_warm_started_tiny_model_solves_a_task_through_its_own_tool_calls(tmp_
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss/policy_loss" in r] == [1, 2]
     assert not leftovers(owners=(pid,))
+
+
+def test_the_single_turn_executor_keeps_the_record_and_fails_a_broken_grader(tmp_path: Path, tok) -> None:
+    """With max_turns=1 the harbor env runs on the single-turn executor (the warm start's dev evaluation
+    does too): one action, graded; the record and a failed grader come through the same way."""
+    from agentrl.rollout.executors import SingleTurnExecutor
+
+    make_task(tmp_path, "echo-42")
+    make_task(tmp_path, "broken", test_sh="#!/bin/bash\nexit 0\n")
+    env = agentrl.make(f"harbor:{tmp_path}", max_turns=1)
+    engine = ScriptedPolicy(tok, lambda k: call("bash", command="echo 42 > out.txt"))
+    good, bad = SingleTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=256)).run(
+        [next(t for t in env.tasks if t.id == name) for name in ("echo-42", "broken")])
+    assert good.reward == 1.0 and good.info["commands"] == ["echo 42 > out.txt"] and good.info["ended_by"] == "max_turns"
+    assert bad.reward == 0.0 and bad.info["failed"] and "wrote no /logs/verifier/reward.txt" in bad.info["error"]
