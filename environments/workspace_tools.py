@@ -3,12 +3,15 @@
 (``environments.tool_parsers``: hermes, qwen3_coder, llama3_json, pythonic).
 
 They act on one episode's :class:`sandbox.workspace.Workspace`, held by a :class:`WorkspaceSession`
-that opens it on first use (or takes a started one from a warm :class:`sandbox.workspace.pool.WorkspacePool`), counts the time the agent's commands take against the task's agent
-timeout, and keeps the record of the episode (each call as a command line and the text it returned).
+that opens it on first use (or takes a started one from a warm
+:class:`sandbox.workspace.pool.WorkspacePool`), counts the time the agent's commands take against the
+task's agent timeout, and keeps the record of the episode (each call as a command line and the text
+it returned).
 
 - ``bash``: one command in the workspace's shell (its working directory, exported variables and
   background jobs persist between calls). Output is stdout and stderr together, cut in the middle
-  past ``max_output_chars`` with a visible ``[... N characters cut ...]`` mark; a command that runs
+  past ``max_output_chars`` with a visible mark (the workspace's ``[... N bytes of output cut ...]``
+  when its ``max_output_bytes`` cut first, else ``[... N characters cut ...]``); a command that runs
   past its timeout is killed and returns its output so far with a note, and the episode goes on.
 - ``read_file``: a text file with numbered lines (``cat -n`` style), optionally a line range; a
   directory lists its entries.
