@@ -1,8 +1,9 @@
 """``harbor:PATH``: the task loader, episodes in real workspaces (the graded tree, hidden tests, the end of
-an episode, failures), the multi-turn executor's record of them, and ``agentrl tasks``."""
+an episode, failures), the warm pool."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_each_malformed_task_is_one_line_naming_the_fix(tmp_path: Path) -> None:
     for name, (_, message) in BROKEN.items():
         if name != "cmd":
             assert "\n" not in found[name] and found[name].startswith(name + ": ")
-            assert __import__("re").search(message, found[name]), found[name]
+            assert re.search(message, found[name]), found[name]
     env = HarborEnv(str(tmp_path), skip_invalid=True)  # the local backend checks the Dockerfile
     assert [t.id for t in env.tasks] == ["good"] and "CMD is not supported" in dict(env.problems)["cmd"]
     with pytest.raises(EnvError, match=r"cannot run; .*\(agentrl tasks list .* shows each\)"):
