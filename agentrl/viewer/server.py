@@ -44,13 +44,15 @@ def page(static: bool, data_json: str | None = None) -> str:
                 .replace("<!--DATA-->", ""))
     css = (STATIC / "view.css").read_text(encoding="utf-8")
     scripts = "\n".join(f"<script>\n{_inline((STATIC / s).read_text(encoding='utf-8'))}\n</script>" for s in SCRIPTS)
-    data = f'<script id="agentrl-data" type="application/json">{_inline(data_json or "{}")}</script>'
+    # JSON: every "<" as \u003c, so that no text in a record can close or open an element
+    safe = (data_json or "{}").replace("<", "\\u003c")
+    data = f'<script id="agentrl-data" type="application/json">{safe}</script>'
     return html.replace("<!--STYLE-->", f"<style>\n{css}\n</style>").replace("<!--SCRIPTS-->", scripts).replace(
         "<!--DATA-->", data)
 
 
 def _inline(text: str) -> str:
-    """Text safe inside a <script> element (no closing tag or comment opener can end it early)."""
+    """Our scripts inside a <script> element: no "</" or "<!--" in them can end it early."""
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 

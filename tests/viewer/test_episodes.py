@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from viewkit import CALL, ids, tokenizer, two_turn
 
 from agentrl.config import AlgoConfig, LearnerConfig, LogConfig
 from agentrl.episodes import (
@@ -21,43 +22,14 @@ from agentrl.episodes import (
     read_eval,
     read_samples,
 )
-from agentrl.models import train_tokenizer
 from agentrl.training.learner import PolicyLearner
 from agentrl.training.samples import SampleLog, learner_logprobs, pick
-from agentrl.types import Segment, Task, Trajectory
-
-CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'
-CORPUS = [CALL, "<tool_response>\n5\n</tool_response>", "What is 2+3? The answer is 5.", "é ü ok"] * 5
+from agentrl.types import Segment, Task
 
 
 @pytest.fixture(scope="module")
 def tok() -> Any:
-    return train_tokenizer(CORPUS, 300)
-
-
-def ids(tok: Any, text: str) -> list[int]:
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
-def two_turn(tok: Any, *, versions: bool = True, failed: bool = False) -> Trajectory:
-    """A calculator call, its response (feedback), then the answer; workspace-style info keys too."""
-    a1, fb, a2 = ids(tok, CALL), ids(tok, "\n<tool_response>\n5\n</tool_response>\n"), ids(tok, "The answer is 5.")
-    info: dict[str, Any] = {
-        "turns": 2, "end_reason": "failed" if failed else "terminated", "reward_components": {"correct": 1.0},
-        "responses": [CALL, "The answer is 5."], "response": "The answer is 5.", "finish_reason": "stop",
-        "verified": True, "parsed": "5",
-        "tool_calls": [{"turn": 0, "name": "calculator", "arguments": {"expression": "2+3"}, "result": "5",
-                        "error": None}],
-        "commands": ["ls", "pytest -q"], "outputs": ["a.py", "1 passed"], "diff": "--- a\n+++ b\n-x\n+y",
-        "verifier": {"reward": 1.0, "stdout": "ok"}, "blob": "x" * (MAX_INFO_CHARS + 500)}
-    if versions:
-        info["action_versions"] = [3, 4]
-    if failed:
-        info.update(failed=True, error="StepTimeout: env step ran past 5 s")
-    return Trajectory(prompt_ids=ids(tok, "What is 2+3?"),
-                      segments=[Segment(a1, True, [-0.5] * len(a1)), Segment(fb, False),
-                                Segment(a2, True, [-0.25] * len(a2))],
-                      reward=0.0 if failed else 1.0, task_id="t-1", group_id=7, turn_rewards=[0.0, 1.0], info=info)
+    return tokenizer()
 
 
 def test_record_keeps_every_token_role_turn_and_version(tok: Any) -> None:

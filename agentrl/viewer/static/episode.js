@@ -48,14 +48,14 @@
     return n;
   }
 
-  function call(c) {
+  function call(c, open) {
     const name = c.name === null || c.name === undefined ? "(unreadable call)" : c.name;
     const args = c.arguments === null || c.arguments === undefined ? "" : JSON.stringify(c.arguments);
     const head = `<span class="call-name">${AR.esc(name)}</span>(${AR.esc(args.length > 80 ? args.slice(0, 80) + "…" : args)})`;
     const result = String(c.result ?? "");
     const short = result.length > 60 ? result.slice(0, 60) + "…" : result;
     return (
-      `<details class="call${c.error ? " call-error" : ""}" open data-turn="${c.turn}">` +
+      `<details class="call${c.error ? " call-error" : ""}"${open ? " open" : ""} data-turn="${c.turn}">` +
       `<summary>tool call ${head} → <code>${AR.esc(short)}</code></summary>` +
       `<div class="call-body">${args ? `<div class="label">arguments</div><pre>${AR.esc(JSON.stringify(c.arguments, null, 2))}</pre>` : ""}` +
       `<div class="label">result${c.error ? " (error)" : ""}</div><pre class="call-result">${AR.esc(result)}</pre></div></details>`
@@ -68,7 +68,7 @@
     let head = `<span class="role">${seg.role === "action" ? `turn ${seg.turn + 1} · action` : seg.role}</span> ${count}<span class="note">${ROLE_NOTE[seg.role]}</span>`;
     if (seg.role === "action") {
       if (seg.version !== null && seg.version !== undefined) head += ` · policy v${seg.version}`;
-      if (seg.learner_logprobs) head += ` · ${mismatches(seg, opts.threshold)} tokens |Δ| > ${opts.threshold}`;
+      if (seg.learner_logprobs && !opts.compact) head += ` · ${mismatches(seg, opts.threshold)} tokens |Δ| > ${opts.threshold}`;
       const r = rec.turn_rewards[seg.turn];
       if (r !== undefined) head += ` <span class="turn-reward" data-turn="${seg.turn}">reward ${AR.fmt(r)}</span>`;
     }
@@ -79,7 +79,7 @@
     let out = `<div class="seg seg-${seg.role}" data-role="${seg.role}" data-turn="${seg.turn}"><div class="seg-head">${head}</div>${text}</div>`;
     if (seg.role === "action") {
       const calls = rec.tool_calls.filter((c) => c.turn === seg.turn);
-      if (calls.length) out += `<div class="calls">${calls.map(call).join("")}</div>`;
+      if (calls.length) out += `<div class="calls">${calls.map((c) => call(c, !opts.compact)).join("")}</div>`;
     }
     return out;
   }
@@ -144,9 +144,9 @@
     return `<article class="episode" data-task="${AR.esc(rec.task_id)}">${header(rec, where)}${AR.legend(opts.threshold)}<div class="transcript">${segs}</div>${info(rec)}</article>`;
   };
 
-  // A narrow column for side-by-side comparison (text mode, prompt folded).
+  // A narrow column for side-by-side comparison (text mode, prompt and tool calls folded).
   AR.renderColumn = function (rec, where) {
-    const segs = rec.segments.map((s) => segment(rec, s, { mode: "text", threshold: Infinity, openPrompt: false })).join("");
+    const segs = rec.segments.map((s) => segment(rec, s, { mode: "text", threshold: Infinity, openPrompt: false, compact: true })).join("");
     const head = `<div class="col-head"><b>${AR.esc(where.run)}</b> · step ${AR.esc(rec.step ?? "–")} · ${AR.esc(rec.split)} · reward ${AR.fmt(rec.reward)} · ${AR.esc(rec.end_reason || "–")}</div>`;
     return `<article class="episode column" data-task="${AR.esc(rec.task_id)}">${head}<div class="transcript">${segs}</div></article>`;
   };
