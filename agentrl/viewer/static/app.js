@@ -119,7 +119,8 @@
       return `<tr data-id="${id}" class="${e.failed ? "failed" : ""}"><td><input type="checkbox" data-pick="${id}"${ui.selected.has(id) ? " checked" : ""}></td>` +
         `<td><i class="dot" style="background:${AR.color(e.run)}"></i></td>${cells}<td class="preview">${AR.esc(e.preview)}</td></tr>`;
     });
-    const more = list.length > 500 ? `<p class="muted">showing 500 of ${list.length}: narrow the filters</p>` : "";
+    const more = list.length > 500 ? `<p class="muted">showing 500 of ${list.length}: narrow the filters</p>`
+      : list.length ? "" : `<p class="muted">no episodes here${AR.store.episodes.some((e) => e.length) ? " with these filters" : " yet: a run writes them every log.samples_every steps (samples.jsonl)"}</p>`;
     const html = `<table class="episodes"><thead><tr><th></th><th></th>${head}<th>response</th></tr></thead><tbody>${rows.join("")}</tbody></table>${more}`;
     const holder = document.createElement("div");
     holder.innerHTML = html;
