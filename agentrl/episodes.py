@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,8 @@ class EpisodeRecord:
     version: int = EPISODE_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as JSON data (shallow: lists and dicts are shared, not copied)."""
+        return {**vars(self), "segments": [dict(vars(s)) for s in self.segments]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)

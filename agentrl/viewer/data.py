@@ -35,6 +35,11 @@ def finite(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
+        try:  # token ids and log-probs: one C-speed pass tells that every number is finite
+            if math.isfinite(math.fsum(value)):
+                return value
+        except (TypeError, ValueError, OverflowError):  # not all numbers, or an infinity among them
+            pass
         return [finite(v) for v in value]
     return value
 

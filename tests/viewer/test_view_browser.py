@@ -203,6 +203,7 @@ def test_the_page_shows_a_real_run(runs: dict[str, Path], browser: Any) -> None:
         marked = page.locator(".transcript .tok-mismatch")
         assert marked.count() == first.count() > 0
         assert colours(shot(page, tmp, "mismatch-token", marked.first)).get(MISMATCH, 0) > 0.05
+        shot(page, tmp, "mismatch")
         page.fill("#threshold", "0.5")
         assert marked.count() == 0
         page.click("#same-task")  # task t-1 at steps 1-3, side by side

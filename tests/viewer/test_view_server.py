@@ -144,3 +144,13 @@ def test_export_is_one_file_that_needs_no_network(tmp_path: Path, tok: Any, caps
     assert [len(x) for x in (data["runs"], data["metrics"][0], data["episodes"][0], data["records"][0])] == [1, 3, 7, 7]
     assert data["records"][0][6]["task_id"] == hostile.task_id
     assert data["metrics"][0][1]["kl"] is None and len(data["evals"][0][0]["records"]) == 1
+
+
+def test_json_gets_null_for_every_nan_and_infinity() -> None:
+    from agentrl.viewer.data import finite
+
+    nan, inf = float("nan"), float("inf")
+    assert finite({"a": [1.0, nan, 2], "b": [inf, -inf], "c": nan, "d": [[-inf], "x", None]}) == {
+        "a": [1.0, None, 2], "b": [None, None], "c": None, "d": [[None], "x", None]}
+    ids = [3, 1, 4]
+    assert finite(ids) is ids and finite([1e308, 1e308]) == [1e308, 1e308]  # all finite: returned as is
