@@ -21,6 +21,7 @@ Standard library only (a tokenizer is passed in, never imported).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,6 +214,30 @@ def append_records(path: str | Path, records: list[EpisodeRecord]) -> None:
     with open(path, "a", encoding="utf-8") as f:
         for r in records:
             f.write(r.to_json() + "\n")
+
+
+def truncate_samples(run_dir: str | Path, step: int) -> int:
+    """Cut ``samples.jsonl`` back to the records of steps <= ``step`` (the checkpoint a run resumes
+    from), as ``checkpoint.truncate_metrics`` does for the metrics: the records a crashed run wrote
+    after it (and a half-written last line) move to ``samples.discarded.jsonl``; the file is replaced
+    atomically. Returns the number of lines moved."""
+    path = Path(run_dir) / "samples.jsonl"
+    if not path.exists():
+        return 0
+    keep, drop = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            later = (json.loads(line).get("step") or 0) > step
+        except (json.JSONDecodeError, AttributeError):
+            later = True
+        (drop if later else keep).append(line)
+    if drop:
+        with open(path.with_name("samples.discarded.jsonl"), "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in drop))
+        tmp = path.with_name(".samples.jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        os.replace(tmp, path)
+    return len(drop)
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -29,6 +29,7 @@ from agentrl.algorithms import (
 )
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
+from agentrl.episodes import truncate_samples
 from agentrl.evaluation.metrics import eval_params, summarize, task_results
 from agentrl.models import load_policy
 from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
@@ -347,6 +348,7 @@ class Trainer:
         self.step_idx, self.last_metrics = state["step"], state.get("metrics", {})
         self.version = self.step_idx
         ckpt.truncate_metrics(self.run_dir, self.step_idx)  # rows the crashed run wrote after this checkpoint
+        truncate_samples(self.run_dir, self.step_idx)  # and its episode records
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
 

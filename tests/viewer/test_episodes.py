@@ -21,6 +21,7 @@ from agentrl.episodes import (
     episode_record,
     read_eval,
     read_samples,
+    truncate_samples,
 )
 from agentrl.training.learner import PolicyLearner
 from agentrl.training.samples import SampleLog, learner_logprobs, pick
@@ -156,3 +157,14 @@ def test_sample_log_writes_on_schedule(tmp_path: Path, tok: Any) -> None:
     back = read_samples(tmp_path)
     assert [(r.split, r.step) for r in back] == [("train", 2)] * 3 + [("eval", 2)] * 2
     assert [s.version for s in back[-1].segments if s.role == "action"] == [3, 4]  # the trajectory's own
+
+
+def test_a_resumed_run_drops_the_records_written_after_its_checkpoint(tmp_path: Path, tok: Any) -> None:
+    lines = [episode_record(two_turn(tok), tok, step=k, split=split).to_json()
+             for k, split in ((0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"))]
+    (tmp_path / "samples.jsonl").write_text("\n".join(lines) + "\n" + '{"step": 3, "task_')  # killed mid-line
+    assert truncate_samples(tmp_path, 2) == 2
+    assert [(r.step, r.split) for r in read_samples(tmp_path)] == [(0, "eval"), (1, "train"), (2, "train"),
+                                                                  (2, "eval")]
+    assert (tmp_path / "samples.discarded.jsonl").read_text().splitlines() == [lines[4], '{"step": 3, "task_']
+    assert truncate_samples(tmp_path, 2) == 0 and truncate_samples(tmp_path / "nothing", 2) == 0
