@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report | tasks.
+"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report | view | tasks.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -93,6 +93,25 @@ def _stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    """``agentrl view RUN_DIR ...``: the run browser on 127.0.0.1, or ``--export FILE``."""
+    from agentrl.viewer.command import main as view_main
+    from agentrl.viewer.data import ViewError
+
+    try:
+        return view_main(args.run_dirs, host=args.host, port=args.port, token=args.token, export=args.export)
+    except ViewError as e:
+        print(f"agentrl view: {e}", file=sys.stderr)
+        return 2
+
+
+def _port(text: str) -> int:
+    """``--port``: an integer 0-65535 (0: any free port)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number 0-65535: {text!r} (0 picks a free one)")
+    return int(text)
+
+
 def _export(args: argparse.Namespace) -> int:
     """``agentrl export SOURCE OUT``: a plain HF model (LoRA adapters merged) from a run or checkpoint."""
     from agentrl.training.lora import export_merged
@@ -174,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("source", help="run dir (its latest checkpoint), checkpoint dir or policy dir")
     x.add_argument("out", help="output directory")
     x.set_defaults(fn=_export)
+    w = sub.add_parser("view", help="browse runs in a web page: curves, episodes, tokens, eval (127.0.0.1)")
+    w.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (agentrl train or eval --out)")
+    w.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    w.add_argument("--port", type=_port, default=8765, help="TCP port, or 0 for a free one (default 8765)")
+    w.add_argument("--token", default=None, help="token the page needs (default: $AGENTRL_VIEW_TOKEN; none if unset)")
+    w.add_argument("--export", default=None, metavar="FILE.html",
+                   help="write the page as one self-contained HTML file (works offline) instead of serving")
+    w.set_defaults(fn=_view)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)

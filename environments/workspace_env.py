@@ -26,8 +26,9 @@ storage (``TreeTooLarge``) is the agent's doing: 0, ungraded.
 (:class:`sandbox.workspace.pool.WorkspacePool`, shared by the env's per-episode copies and closed
 with the env that made it), so an episode's first tool call does not wait for a build.
 
-**The record.** The final step's ``info["trajectory_info"]`` (merged into the trajectory's info by
-the multi-turn executor) holds ``commands`` and ``outputs`` (each tool call and the text it
+**The record.** Each step's ``info["calls"]`` lists that turn's calls (``name``, ``arguments``,
+``result``, ``error``; the executors keep them as the trajectory's ``info["tool_calls"]``). The final
+step's ``info["trajectory_info"]`` (merged into the trajectory's info by the executors) holds ``commands`` and ``outputs`` (each tool call and the text it
 returned, in order), ``diff`` (the final tree against the built one), ``verifier`` (reward, named
 rewards, output, error) and ``ended_by``; nothing in it depends on timing, so the same actions give
 the same info (Gymnasium's ``check_env`` insists).
@@ -80,6 +81,7 @@ class WorkspaceEnv(TextEnv):
         self.tools_text = tools_text(list(self.tools.values()), PROMPTS[tool_parser])
         self.prompt_template = system_prompt or AGENT_PROMPT + "\n\n{tools}"
         self.turn = 0
+        self.turn_calls: list[dict[str, Any]] = []  # this turn's calls, as info["calls"] lists them
 
     # ------------------------------------------------------------------ what a subclass gives
     def workspace_spec(self, task: Task) -> WorkspaceSpec:
@@ -114,15 +116,15 @@ class WorkspaceEnv(TextEnv):
         action = action if isinstance(action, str) else str(action)
         self.turn += 1
         calls = self.parse(action, {n: t.parameters for n, t in self.tools.items()})
+        self.turn_calls = []
         if not calls:
             return self.finish("no_tool_call", terminated=True)
-        responses = []
         for i, call in enumerate(calls):
             if i >= self.max_calls_per_turn:
-                responses.append(f"Error: at most {self.max_calls_per_turn} tool calls run per turn; "
-                                 f"this one was not run")
+                error = f"at most {self.max_calls_per_turn} tool calls run per turn; this one was not run"
+                self.turn_calls.append({**_named(call), "result": f"Error: {error}", "error": error})
                 continue
-            responses.append(self.run_call(call))
+            self.turn_calls.append(self.run_call(call))
             if self.session.submitted or self.session.time_left() <= 0:
                 break
         if self.session.submitted:
@@ -131,30 +133,33 @@ class WorkspaceEnv(TextEnv):
             return self.finish("agent_timeout", terminated=False)
         if self.turn >= self.max_turns:
             return self.finish("max_turns", terminated=False)
-        obs = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)
+        obs = "\n".join(f"<tool_response>\n{c['result']}\n</tool_response>" for c in self.turn_calls)
         if self.turn == self.max_turns - 1:
             obs += "\nNote: your next turn is the last one; the computer is graded after it."
         self._last_obs = obs
-        return obs, 0.0, False, False, {"reward_components": {}, "verified": True, "tool_calls": len(calls)}
+        return obs, 0.0, False, False, {"reward_components": {}, "verified": True, "tool_calls": len(calls),
+                                        "calls": self.turn_calls}
 
-    def run_call(self, call: dict[str, Any] | ToolCallError) -> str:
-        """Run one parsed call and record it; the text the agent gets back (the tool's error for a bad call).
+    def run_call(self, call: dict[str, Any] | ToolCallError) -> dict[str, Any]:
+        """Run one parsed call and record it: ``{"name", "arguments", "result", "error"}`` (``result``: the
+        text the agent gets back; ``error``: None when the tool ran, else why not, also in ``result``).
         An infrastructure failure (:class:`sandbox.workspace.WorkspaceError`) propagates: the episode fails."""
-        if isinstance(call, ToolCallError):
-            out = f"Error: {call}"
-            self.session.record("(invalid tool call)", out)
-            return out
-        name, args = call["name"], call["arguments"]
-        tool = self.tools.get(name)
+        error = None
         try:
+            if isinstance(call, ToolCallError):
+                raise call
+            tool = self.tools.get(call["name"])
             if tool is None:
-                raise ToolCallError(f"unknown tool {name!r}; available: {', '.join(self.tools)}")
-            check_arguments(tool, args)
-            out = str(tool(**args))
+                raise ToolCallError(f"unknown tool {call['name']!r}; available: {', '.join(self.tools)}")
+            check_arguments(tool, call["arguments"])
+            out = str(tool(**call["arguments"]))
         except (ToolCallError, TypeError, ValueError) as e:
-            out = f"Error: {e}"
-        self.session.record(call_line(name, args), out[:MAX_RECORD_CHARS])
-        return out
+            error = str(e)
+            out = f"Error: {error}"
+        named = _named(call)
+        line = "(invalid tool call)" if named["name"] is None else call_line(named["name"], named["arguments"])
+        self.session.record(line, out[:MAX_RECORD_CHARS])
+        return {**named, "result": out, "error": error}
 
     def finish(self, ended_by: str, terminated: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """End the episode: seal the workspace (its processes end), close it, grade the tree."""
@@ -177,8 +182,8 @@ class WorkspaceEnv(TextEnv):
                   "ended_by": ended_by}
         reward = 0.0 if verdict.reward is None else float(verdict.reward)
         info: dict[str, Any] = {"reward_components": dict(verdict.rewards) or {"reward": reward}, "verified": True,
-                                "tool_calls": len(self.session.commands), "ended_by": ended_by,
-                                "trajectory_info": record}
+                                "tool_calls": len(self.session.commands), "calls": self.turn_calls,
+                                "ended_by": ended_by, "trajectory_info": record}
         if verdict.error:
             info.update(failed=True, error=f"the grader could not score the episode: {verdict.error}")
         self._last_obs = ""
@@ -186,3 +191,9 @@ class WorkspaceEnv(TextEnv):
 
     def close(self) -> None:
         self.session.shutdown()
+
+
+def _named(call: dict[str, Any] | ToolCallError) -> dict[str, Any]:
+    """A call's ``name`` and ``arguments`` (None for a call that could not be parsed)."""
+    return {"name": None, "arguments": None} if isinstance(call, ToolCallError) else \
+        {"name": call["name"], "arguments": call["arguments"]}

@@ -192,6 +192,9 @@ def resolve_auto(cfg: Any) -> Any:
     """Settings whose default depends on others, made explicit (the saved config shows the value):
     ``algo.tis_cap = -1`` becomes 2.0 with ``rollout.async`` and 0 (off) otherwise. (``learner.call_tokens
     = -1`` depends on the model and device, so the learner resolves it; only its range is checked here.)"""
+    for key in ("samples_every", "samples_per_step", "eval_samples"):
+        if getattr(getattr(cfg, "log", None), key, 0) < 0:
+            raise ConfigError(f"log.{key}: expected a count >= 0 (0 = off), got {getattr(cfg.log, key)!r}")
     call_tokens = getattr(getattr(cfg, "learner", None), "call_tokens", -1)
     if call_tokens < -1:
         raise ConfigError(f"learner.call_tokens: expected a token count > 0, 0 (no cap) or -1 (auto), got {call_tokens!r}")

@@ -317,9 +317,16 @@ class LogConfig:
     eval_greedy: bool = True
     """Evaluate with greedy decoding."""
     samples_every: int = 10
-    """Append a few training episodes (prompt, response, reward) to ``samples.jsonl`` every N steps (0 = off)."""
+    """Append a few training episodes (tokens, log-probs, rewards, tool calls: docs/trajectories.md) to
+    ``samples.jsonl`` every N steps (0 = off); ``agentrl view`` shows them."""
     samples_per_step: int = 4
-    """Episodes written each time."""
+    """Training episodes written each time (spread over the batch)."""
+    samples_learner_logprobs: bool = True
+    """Score the written training episodes with the learner too (one no-grad forward of those few), so the
+    record holds the learner's log-probs beside the engine's."""
+    eval_samples: int = 4
+    """At every evaluation, append the episodes of the first N held-out tasks (the same tasks each time) to
+    ``samples.jsonl`` (0 = off)."""
 
 
 @dataclass(frozen=True)

@@ -207,6 +207,8 @@ def test_bad_calls_are_the_tools_errors_not_failures(tmp_path: Path) -> None:
                  "cannot read /app/missing.txt", "at most 4 tool calls run per turn"):
         assert text in o, (text, o)
     assert "never" not in o
+    assert [c["name"] for c in i["calls"]] == [None, "rm", "bash", "read_file", "bash"]
+    assert all(c["error"] and c["result"] == f"Error: {c['error']}" for c in i["calls"])
     env.close()
 
 

@@ -65,6 +65,9 @@ def test_scripted_tool_calls_run_in_workspaces_token_exact(examples, tok, chat: 
         assert "+++ b/app/error_summary.txt" in info["diff"] and "+9 billing" in info["diff"]
         assert info["verifier"]["reward"] == 1.0 and info["verifier"]["output"] == "ok\n"
         assert info["ended_by"] == "submit" and not info.get("failed")
+        calls = info["tool_calls"]  # per turn, as the run browser shows them
+        assert [(c["turn"], c["name"]) for c in calls] == [(0, "bash"), (1, "write_file"), (1, "bash"), (1, "submit")]
+        assert calls[0]["result"].startswith("server-1.log") and all(c["error"] is None for c in calls)
     exp = Experience.from_trajectories(trajs, tok.pad_token_id)
     assert exp.num_action_tokens == sum(t.num_action_tokens for t in trajs)
 
@@ -175,4 +178,6 @@ def test_the_single_turn_executor_keeps_the_record_and_fails_a_broken_grader(tmp
     good, bad = SingleTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=256)).run(
         [next(t for t in env.tasks if t.id == name) for name in ("echo-42", "broken")])
     assert good.reward == 1.0 and good.info["commands"] == ["echo 42 > out.txt"] and good.info["ended_by"] == "max_turns"
+    assert good.info["tool_calls"] == [{"turn": 0, "name": "bash", "arguments": {"command": "echo 42 > out.txt"},
+                                        "result": "(no output)", "error": None}]
     assert bad.reward == 0.0 and bad.info["failed"] and "wrote no /logs/verifier/reward.txt" in bad.info["error"]

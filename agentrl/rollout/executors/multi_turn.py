@@ -24,7 +24,8 @@ out, or whose next feedback would not fit, ends with ``truncated=True``. Without
 only the action tokens are counted, ``max_new_tokens * max_turns``, so every turn fits. An episode
 that reaches ``max_turns`` (``env.max_turns``) without the env ending it ends ``truncated=True``.
 ``info["end_reason"]`` says which (see ``agentrl.training.metrics.END_REASONS``); ``info["turns"]``
-counts the policy's turns.
+counts the policy's turns; ``info["tool_calls"]`` keeps the tool calls an env reports in its step's
+``info["calls"]`` (each with its ``turn``).
 
 **Rewards.** ``turn_rewards`` holds every ``env.step`` reward; the episode's ``reward`` is their
 sum (Gymnasium's return). Our multi-turn envs give 0 until the final turn.
@@ -211,6 +212,10 @@ class MultiTurnExecutor:
                       reward_components=dict(step_info.get("reward_components", {})))
         if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
             e.info["parsed"] = step_info["parsed"]
+        if isinstance(step_info.get("calls"), list):  # the turn's tool calls and their results
+            turn = len(e.turn_rewards) - 1
+            e.info.setdefault("tool_calls", []).extend({"turn": turn, **c} for c in step_info["calls"]
+                                                       if isinstance(c, dict))
         if terminated or truncated or out_of_budget or len(e.turn_rewards) >= self.max_turns:
             reason = ("terminated" if terminated else "env_truncated" if truncated
                       else "max_turns" if len(e.turn_rewards) >= self.max_turns else "episode_budget")
