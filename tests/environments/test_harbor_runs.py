@@ -139,12 +139,16 @@ def test_every_shipped_task_passes_tasks_check(backend: str) -> None:
 
 @pytest.mark.slow  # a tiny model, two GRPO steps, every episode in its own workspace: ~1 min
 def test_a_tiny_model_trains_two_steps_on_the_examples_from_the_cli(tmp_path: Path) -> None:
-    out, pid = _cli("train", "examples/configs/harbor_grpo_tiny.yaml", "--run-dir", str(tmp_path / "run"))
+    out, pid = _cli("train", "examples/configs/harbor_grpo_tiny.yaml", "log.samples_every=1",
+                    "--run-dir", str(tmp_path / "run"))
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss/policy_loss" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["failed/count"] == 0 and r["episode/end_reason/failed"] == 0 for r in steps)  # all graded
+    records = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert train and all(r["info"]["verifier"]["error"] is None and r["info"]["ended_by"] for r in train)
     assert not leftovers(owners=(pid,))
 
 
@@ -163,6 +167,11 @@ def test_a_warm_started_tiny_model_solves_a_task_through_its_own_tool_calls(tmp_
     assert "held-out accuracy: after warm start 1.000" in out.stdout, out.stdout
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss/policy_loss" in r] == [1, 2]
+    records = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    solved = [r for r in records if r["split"] == "eval" and r["reward"] == 1.0]
+    assert solved, records  # the greedy model's own calls, as they ran, and the tree they left
+    assert solved[0]["info"]["commands"][-2:] == ["bash /tmp/solution/solve.sh", "submit"]
+    assert "+++ b/app/out.txt" in solved[0]["info"]["diff"] and "+42" in solved[0]["info"]["diff"]
     assert not leftovers(owners=(pid,))
 
 
