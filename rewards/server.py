@@ -116,8 +116,9 @@ class OpenRLHFResponse(BaseModel):
     extra_logs: dict[str, list[float]]
 
 
-class _BodyLimit:
-    """ASGI middleware: 413 for bodies over ``max_bytes`` (by header, or counted while streaming)."""
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over ``max_bytes`` (by header, or counted while streaming); the env
+    server (:mod:`agentrl.serving.env_server`) uses it too."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -200,7 +201,7 @@ def _lifespan(config: ServerConfig, state: dict[str, WorkerPool], known: list[st
     return lifespan
 
 
-def _token_check(token: str | None) -> Any:
+def token_check(token: str | None) -> Any:
     """A FastAPI dependency refusing requests without ``Authorization: Bearer <token>`` (none: open)."""
 
     async def check_token(request: Request) -> None:
@@ -222,8 +223,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     state: dict[str, WorkerPool] = {}
     known = sorted(set(available()) | set(aliases))
     app = FastAPI(title="agentrl reward server", version="1", lifespan=_lifespan(config, state, known))
-    app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
-    check_token = _token_check(config.token)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    check_token = token_check(config.token)
 
     def request_reward(name: str | None) -> str:
         """The request's reward (or the default); an unknown one refuses the request, naming what exists."""
@@ -265,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``agentrl serve-reward``."""
     p = argparse.ArgumentParser(prog="agentrl serve-reward", description="Serve reward functions over HTTP.")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=_port, default=8000, help="TCP port 1-65535, or 0 for a free one (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port 1-65535, or 0 for a free one (default 8000)")
     p.add_argument("--token", default=os.environ.get("AGENTRL_REWARD_TOKEN"),
                    help="bearer token required by the API (default: $AGENTRL_REWARD_TOKEN; none if unset)")
     p.add_argument("--workers", type=int, default=2, help="scoring worker processes")
@@ -279,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     """``--port``: an integer 0-65535 (0: any free port)."""
     try:
         port = int(text)
@@ -290,20 +291,29 @@ def _port(text: str) -> int:
     return port
 
 
+def listen_socket(host: str, port: int, prog: str) -> socket.socket | None:
+    """A bound TCP socket for ``host:port`` (0: a free port), or None after printing one line naming the
+    busy port and the fix (``agentrl serve-reward``, ``agentrl serve-env``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        print(f"{prog}: cannot listen on {host}:{port}: {e.strerror} "
+              f"(pass another --port, or --port 0 for a free one)", file=sys.stderr)
+        return None
+    return sock
+
+
 def cli_main(argv: list[str]) -> int:
     """Entry point of ``agentrl serve-reward``: bind, build the app, print the URL once ready, serve."""
     import uvicorn
 
     args = build_parser().parse_args(argv)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as e:
-        sock.close()
-        print(f"agentrl serve-reward: cannot listen on {args.host}:{args.port}: {e.strerror} "
-              f"(pass another --port, or --port 0 for a free one)", file=sys.stderr)
+    sock = listen_socket(args.host, args.port, "agentrl serve-reward")
+    if sock is None:
         return 2
     config = ServerConfig(host=args.host, port=sock.getsockname()[1], token=args.token or None,
                           workers=args.workers, max_body_bytes=args.max_body_bytes, item_timeout_s=args.item_timeout,
