@@ -109,11 +109,6 @@ class EnvServerPool:
                 raise EnvError(f"env.remote: {s.url} serves {served!r}, but this run's env.id is {self.env_id!r}")
 
     # ------------------------------------------------------------------ choosing a server
-    def _healthy(self, s: Server) -> bool:
-        if s.down_until <= time.monotonic():
-            return True
-        return False
-
     def _probe(self, s: Server) -> bool:
         import httpx
 
@@ -162,10 +157,13 @@ class EnvServerPool:
         with self._lock:
             if s.idle:
                 return s.idle.pop()
+        import inspect
+
         from websockets.sync.client import connect
 
+        direct = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}  # websockets >= 16
         return connect(s.ws_url, additional_headers=self.headers, open_timeout=self.connect_timeout_s,
-                       max_size=None, compression=None)
+                       max_size=None, compression=None, **direct)
 
     def close(self) -> None:
         """Close every idle connection."""
@@ -232,8 +230,7 @@ class RemoteEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[str, dict[str, Any]]:
         self._end(keep=False)
-        gymnasium_seed = seed
-        super().reset(seed=gymnasium_seed)
+        super().reset(seed=seed)
         task = (options or {}).get("task") or self.local.sample_task(self.np_random)
         data: dict[str, Any] = {"task": task.to_dict()}
         if seed is not None:

@@ -20,7 +20,8 @@ OpenEnv's clients (openenv-core's ``EnvClient``/``GenericEnvClient``, TRL's Open
 ``task`` pins the episode's task (``{"id", "prompt", "answer", "metadata"}``, what ``env.remote`` sends);
 without it the env draws one (from ``seed`` when given). Security as the reward server's: loopback by
 default, an optional bearer token on everything but ``/health`` (WebSocket clients that cannot send a
-header may add ``?token=``), request bodies and WebSocket messages over ``--max-body-bytes`` refused.
+header may add ``?token=``), request bodies over ``--max-body-bytes`` refused (413; a WebSocket message
+over it closes the connection with code 1009).
 Sessions past ``--max-sessions`` are refused (``CAPACITY_REACHED`` / 503); idle ones close after
 ``--idle-timeout`` seconds.
 """
