@@ -1,9 +1,10 @@
 """The sessions of an env server: one env per WebSocket client or HTTP episode, capped, reaped when idle.
 
 Every session steps its own copy of the served env (``clone_env`` of one env built at start-up: the
-read-only task list is shared). Env calls run on a thread pool (``threads``; 0 runs them on the event
-loop, for envs that never block) or, for an env whose ``step`` is ``async def``, on the event loop.
-The calls of one session run one at a time, in order.
+read-only task list is shared); a closed session's env is kept for the next session (a reset restarts
+an episode, as Gymnasium's contract says), so a session costs no copy once the server is warm.
+Env calls run on a thread pool or, once they prove cheap, on the event loop (:meth:`SessionTable.run`);
+an env whose ``step`` is ``async def`` steps on the loop. The calls of one session run one at a time.
 
 Payloads are OpenEnv's: an observation is ``{"observation": {"text", "info"}, "reward", "done"}``.
 ``info`` never carries the task's gold answer (``task_id`` and ``prompt`` are there); after a step it
@@ -25,6 +26,9 @@ from agentrl.env import TextEnv
 from agentrl.rollout.env_pool import clone_env
 from agentrl.rollout.remote_env import jsonable
 from agentrl.types import Task
+
+CHEAP_CALLS, CHEAP_S, SLOW_S = 32, 0.002, 0.01
+"""Auto mode: this many calls in a row under CHEAP_S move env calls onto the loop; one over SLOW_S moves them back."""
 
 
 class SessionError(Exception):
@@ -72,6 +76,13 @@ def action_text(data: Any) -> str:
     return data["text"]
 
 
+def _close_env(env: TextEnv) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing must not fail the server
+        pass
+
+
 class SessionTable:
     """Sessions by id, at most ``max_sessions``; ``idle_timeout_s`` without a call closes one."""
 
@@ -80,11 +91,18 @@ class SessionTable:
         self.template, self.factory = template, factory
         self.max_sessions, self.idle_timeout_s = max(1, max_sessions), idle_timeout_s
         self.sessions: dict[str, Session] = {}
-        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="agentrl-env") if threads > 0 else None
+        self.spare: list[TextEnv] = []  # envs of closed sessions, reused (reset starts an episode afresh)
+        self.auto = threads < 0
+        self.executor = ThreadPoolExecutor(abs(threads) or 1, thread_name_prefix="agentrl-env") if threads else None
+        self.inline = threads == 0  # auto: threads until calls prove cheap, see run()
+        self.cheap_calls = 0
         self.async_step = inspect.iscoroutinefunction(getattr(template, "step", None))
         self.opened = self.reaped = 0
 
     def new_env(self) -> TextEnv:
+        """An env for a new session: a closed session's (reset restarts it) or a fresh copy."""
+        if self.spare:
+            return self.spare.pop()
         try:
             return clone_env(self.template)
         except Exception:  # noqa: BLE001 - an env that cannot be copied is built afresh
@@ -109,18 +127,42 @@ class SessionTable:
         return session
 
     def close(self, session_id: str) -> None:
+        """End a session; its env waits for the next one (closed for good only past ``max_sessions`` spares)."""
         session = self.sessions.pop(session_id, None)
-        if session is not None:
-            try:
-                session.env.close()
-            except Exception:  # noqa: BLE001 - closing must not fail the server
-                pass
+        if session is None:
+            return
+        if len(self.spare) < self.max_sessions and not session.lock.locked():
+            self.spare.append(session.env)
+            return
+        _close_env(session.env)
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` on the thread pool (or inline when there is none)."""
-        if self.executor is None:
-            return fn(*args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+        """``fn(*args, **kwargs)`` on the thread pool, or on the event loop when calls are cheap.
+
+        ``threads`` > 0: always the pool; 0: always inline; < 0 (auto, the CLI's default): the pool until
+        ``CHEAP_CALLS`` calls in a row each took under ``CHEAP_S``, then inline, and back to the pool for
+        good the first time an inline call takes over ``SLOW_S`` (an env that blocks stalls the loop once).
+        """
+        if self.inline:
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            if self.auto and time.perf_counter() - start > SLOW_S:
+                self.inline = self.auto = False
+            return out
+        took: list[float] = []
+
+        def timed() -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                took.append(time.perf_counter() - start)
+
+        out = await asyncio.get_running_loop().run_in_executor(self.executor, timed)
+        if self.auto:
+            self.cheap_calls = self.cheap_calls + 1 if took[0] < CHEAP_S else 0
+            self.inline = self.cheap_calls >= CHEAP_CALLS
+        return out
 
     async def reset(self, session: Session, data: dict[str, Any]) -> dict[str, Any]:
         """Start an episode: ``data`` may hold ``seed``, ``episode_id`` and a pinned ``task``."""
@@ -190,7 +232,9 @@ class SessionTable:
         return len(stale)
 
     def shutdown(self) -> None:
-        for sid in list(self.sessions):
-            self.close(sid)
+        for env in [s.env for s in self.sessions.values()] + self.spare:
+            _close_env(env)
+        self.sessions.clear()
+        self.spare.clear()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
