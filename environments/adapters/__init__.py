@@ -23,6 +23,7 @@ FAMILIES: dict[str, tuple[str, str | None]] = {
     "skyrl": ("environments.adapters.skyrl:make_env", None),
     "agent": ("environments.adapters.blackbox:make_env", None),
     "openenv": ("environments.adapters.openenv:make_env", None),
+    "verifiers": ("environments.adapters.verifiers:make_env", None),
 }
 
 
