@@ -109,10 +109,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(code: str, *args: str) -> tuple[subprocess.Popen, str]:
+def start(code: str, *args: str, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", code, *args, "--port", str(port)], cwd=ROOT, env=env,
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", code, *args, "--port", str(port)], cwd=root, env=env,
                             stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-threads", type=int, default=8, help="serve-env --threads")
     ap.add_argument("--reward-workers", type=int, default=2)
     ap.add_argument("--only", nargs="+", default=["env-http", "env-ws", "reward"])
+    ap.add_argument("--reward-root", type=Path, default=ROOT,
+                    help="checkout whose reward server runs (another one measures before/after)")
     args = ap.parse_args(argv)
     if shutil.which("wrk") is None and {"env-http", "reward"} & set(args.only):
         print("wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "--max-sessions", "1024")
             procs.append(env_proc)
         if "reward" in args.only:
-            rw_proc, rw_url = start(SERVE_REWARD, "--workers", str(args.reward_workers))
+            rw_proc, rw_url = start(SERVE_REWARD, "--workers", str(args.reward_workers), root=args.reward_root)
             procs.append(rw_proc)
             httpx.post(rw_url + "/score", json={"items": [{"response": "\\boxed{1}", "label": "1"}] * 16}, timeout=120)
         for c in args.concurrency:
@@ -233,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                     name = ("env (serve-env Arithmetic-v0)", "WebSocket sessions (4 client processes)")
                 else:
                     r = run_wrk(rw_url, REWARD_LUA, c, args.seconds)
-                    name = ("reward (serve-reward, 2 workers)", "HTTP /score, 1 item (wrk)")
+                    name = (f"reward (serve-reward, {args.reward_workers} workers"
+                            + ("" if args.reward_root == ROOT else f", {args.reward_root}") + ")", "HTTP /score, 1 item (wrk)")
                 cpu = 1e6 * (tree_cpu_seconds(server.pid) - cpu0) / max(1, r["requests"])
                 print(f"| {name[0]} | {name[1]} | {c} | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | "
                       f"{r['lost']} of {r['requests']:,} | {cpu:.0f} | {load:.1f} / {os.getloadavg()[0]:.1f} |",

@@ -199,11 +199,13 @@ class WorkerPool:
         return _Worker(self._ctx, self.plugins, self.item_timeout_s)
 
     def _take(self, first: _Job) -> list[_Job]:
-        """``first`` and the jobs queued behind it, up to ``chunk_size`` items: one message to the worker
-        for many small requests (under load the pipe round trip, not the scoring, was most of a request)."""
+        """``first`` and this worker's share of the jobs queued behind it (queued / workers, at most
+        ``chunk_size`` items): one message to the worker for many small requests (under load the pipe
+        round trip, not the scoring, was most of a request), and the other workers still get theirs."""
         assert self._jobs is not None
         jobs, n = [first], len(first.items)
-        while not self._jobs.empty() and n < self.chunk_size:
+        share = math.ceil((1 + self._jobs.qsize()) / self.size)
+        while not self._jobs.empty() and n < self.chunk_size and len(jobs) < share:
             job = self._jobs.get_nowait()
             jobs.append(job)
             n += len(job.items)
