@@ -297,7 +297,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             return JSONResponse({"detail": e.errors(include_url=False, include_context=False, include_input=False)}, 422)
         return Response(b'{"results":[' + b",".join(results) + b"]}", media_type="application/json")
 
-    app.router.routes.append(Route("/score", score, methods=["POST"]))
+    app.router.routes.insert(0, Route("/score", score, methods=["POST"]))  # the hot route is matched first
     document_post(app, {"/score": (ScoreRequest, ScoreResponse, "Score a batch of items")})
 
     @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=[Depends(check_token)])

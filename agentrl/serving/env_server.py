@@ -232,7 +232,7 @@ def create_app(config: EnvServerConfig, env: TextEnv | None = None) -> FastAPI:
             table.close(session.id)
         return _json(out)
 
-    app.router.routes += [Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"])]
+    app.router.routes[:0] = [Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"])]  # matched first
     document_post(app, {"/reset": (ResetRequest, EnvResponse, "Start an episode"),
                         "/step": (StepRequest, EnvResponse, "One action of an episode")})
 
