@@ -153,6 +153,45 @@ class EnvResponse(BaseModel):
     done: bool = False
 
 
+def episode_routes(table: SessionTable, config: EnvServerConfig) -> list[Route]:
+    """``POST /reset`` and ``POST /step``: HTTP episodes kept under their ``episode_id``."""
+
+    async def reset(request: Request) -> Response:
+        """Start an episode (kept under its ``episode_id`` for ``/step``)."""
+        data = await _body(request, config.token)
+        if isinstance(data, Response):
+            return data
+        eid = data.get("episode_id") or uuid.uuid4().hex
+        if not isinstance(eid, str) or len(eid) > 255:
+            return JSONResponse({"detail": "'episode_id' must be a string of at most 255 characters"}, 422)
+        data["episode_id"] = eid
+        try:  # HTTP episodes are keyed apart from WebSocket sessions
+            session = table.sessions.get("http:" + eid) or table.open("http:" + eid)
+            return _json(await table.reset(session, data))
+        except SessionError as e:
+            return _error(e)
+
+    async def step(request: Request) -> Response:
+        """One action of the episode ``episode_id``; a finished episode is closed."""
+        data = await _body(request, config.token)
+        if isinstance(data, Response):
+            return data
+        eid = data.get("episode_id")
+        if not isinstance(eid, str):
+            return JSONResponse({"detail": "POST /step needs 'episode_id': the one /reset returned in "
+                                 "observation.info.episode_id (or use the WebSocket session at /ws)"}, 422)
+        try:
+            session = table.get("http:" + eid, eid)
+            out = await table.step(session, action_text(data.get("action")))
+        except SessionError as e:
+            return _error(e)
+        if out["done"]:
+            table.close(session.id)
+        return _json(out)
+
+    return [Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"])]
+
+
 def build_env(config: EnvServerConfig) -> TextEnv:
     """The served env (an :class:`~agentrl.env.EnvError` when it cannot be made)."""
     return make(config.env_id, **config.env_kwargs)
@@ -198,41 +237,8 @@ def create_app(config: EnvServerConfig, env: TextEnv | None = None) -> FastAPI:
                 "state": EpisodeState.model_json_schema()}
 
     # /reset and /step are plain Starlette routes (FastAPI's validation and dependency layers cost more
-    # than the env call on cheap envs); document_post puts them into the OpenAPI schema.
-    async def reset(request: Request) -> Response:
-        """Start an episode (kept under its ``episode_id`` for ``/step``)."""
-        data = await _body(request, config.token)
-        if isinstance(data, Response):
-            return data
-        eid = data.get("episode_id") or uuid.uuid4().hex
-        if not isinstance(eid, str) or len(eid) > 255:
-            return JSONResponse({"detail": "'episode_id' must be a string of at most 255 characters"}, 422)
-        data["episode_id"] = eid
-        try:  # HTTP episodes are keyed apart from WebSocket sessions
-            session = table.sessions.get("http:" + eid) or table.open("http:" + eid)
-            return _json(await table.reset(session, data))
-        except SessionError as e:
-            return _error(e)
-
-    async def step(request: Request) -> Response:
-        """One action of the episode ``episode_id``; a finished episode is closed."""
-        data = await _body(request, config.token)
-        if isinstance(data, Response):
-            return data
-        eid = data.get("episode_id")
-        if not isinstance(eid, str):
-            return JSONResponse({"detail": "POST /step needs 'episode_id': the one /reset returned in "
-                                 "observation.info.episode_id (or use the WebSocket session at /ws)"}, 422)
-        try:
-            session = table.get("http:" + eid, eid)
-            out = await table.step(session, action_text(data.get("action")))
-        except SessionError as e:
-            return _error(e)
-        if out["done"]:
-            table.close(session.id)
-        return _json(out)
-
-    app.router.routes[:0] = [Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"])]  # matched first
+    # than the env call on cheap envs), matched first; document_post puts them into the OpenAPI schema.
+    app.router.routes[:0] = episode_routes(table, config)
     document_post(app, {"/reset": (ResetRequest, EnvResponse, "Start an episode"),
                         "/step": (StepRequest, EnvResponse, "One action of an episode")})
 

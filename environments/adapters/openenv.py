@@ -159,7 +159,7 @@ class OpenEnvEnv(TextEnv):
 
         self.target, self.url = target, launch(target, start_timeout_s)
         try:
-            schema = httpx.get(self.url + "/schema", timeout=30).raise_for_status().json()
+            schema = httpx.get(self.url + "/schema", timeout=start_timeout_s).raise_for_status().json()
         except httpx.HTTPError as e:
             raise EnvError(f"openenv: cannot read {self.url}/schema ({type(e).__name__}: {e})") from None
         self.action_field = action_field_of(schema.get("action") or {}, action_field)
