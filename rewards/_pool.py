@@ -22,6 +22,7 @@ import asyncio
 import json
 import math
 import multiprocessing as mp
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -271,6 +272,9 @@ class WorkerPool:
             if current >= 0 and time.monotonic() - started > limit:
                 return int(current), f"timeout: worker killed after {limit:.1f}s"
         try:
+            # the event loop (uvloop) left the pipe non-blocking: a reader woken after the message's header
+            # but before its body would get EAGAIN (an OSError) and take a live worker for a dead one
+            os.set_blocking(fd, True)
             for index, result in worker.conn.recv():
                 results[index] = result
         except (EOFError, OSError):
