@@ -22,8 +22,9 @@ without it the env draws one (from ``seed`` when given). Security as the reward 
 default, an optional bearer token on everything but ``/health`` (WebSocket clients that cannot send a
 header may add ``?token=``), request bodies over ``--max-body-bytes`` refused (413; a WebSocket message
 over it closes the connection with code 1009).
-Sessions past ``--max-sessions`` are refused (``CAPACITY_REACHED`` / 503); idle ones close after
-``--idle-timeout`` seconds.
+Sessions past ``--max-sessions`` are refused (``CAPACITY_REACHED`` / 503), except that a new session
+closes the least recently used idle HTTP episode first (a client may reset and never step); idle
+sessions close after ``--idle-timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -165,8 +166,12 @@ def episode_routes(table: SessionTable, config: EnvServerConfig) -> list[Route]:
         if not isinstance(eid, str) or len(eid) > 255:
             return JSONResponse({"detail": "'episode_id' must be a string of at most 255 characters"}, 422)
         data["episode_id"] = eid
-        try:  # HTTP episodes are keyed apart from WebSocket sessions
-            session = table.sessions.get("http:" + eid) or table.open("http:" + eid)
+        try:  # HTTP episodes are keyed apart from WebSocket sessions; at capacity the oldest one goes
+            session = table.sessions.get("http:" + eid)
+            if session is None:
+                if len(table.sessions) >= table.max_sessions:
+                    table.evict_oldest("http:")
+                session = table.open("http:" + eid)
             return _json(await table.reset(session, data))
         except SessionError as e:
             return _error(e)
@@ -283,6 +288,8 @@ async def serve_session(websocket: WebSocket, table: SessionTable, config: EnvSe
     await websocket.accept()
     session: Session | None = None
     try:
+        if len(table.sessions) >= table.max_sessions:  # an idle HTTP episode gives way to a live client
+            table.evict_oldest("http:")
         session = table.open()
         while True:
             raw = await asyncio.wait_for(websocket.receive_text(), timeout=config.idle_timeout_s)

@@ -118,6 +118,16 @@ class SessionTable:
         self.opened += 1
         return session
 
+    def evict_oldest(self, prefix: str) -> bool:
+        """Close the least recently used idle session whose id starts with ``prefix`` (HTTP episodes, which
+        clients may abandon after a reset); False when there is none."""
+        idle = [s for sid, s in self.sessions.items() if sid.startswith(prefix) and not s.lock.locked()]
+        if not idle:
+            return False
+        self.close(min(idle, key=lambda s: s.last_used).id)
+        self.reaped += 1
+        return True
+
     def get(self, session_id: str, name: str | None = None) -> Session:
         """The open session ``session_id`` (``name``: how the client calls it, for the error)."""
         session = self.sessions.get(session_id)
@@ -216,16 +226,18 @@ class SessionTable:
                 "done": session.done}
 
     async def reap_forever(self) -> None:
-        """Close sessions idle past the timeout (checked every quarter of it, at most every 5 s)."""
+        """Close HTTP episodes idle past the timeout (checked every quarter of it, at most every 5 s)."""
         interval = max(0.05, min(5.0, self.idle_timeout_s / 4))
         while True:
             await asyncio.sleep(interval)
             self.reap()
 
     def reap(self) -> int:
+        """Close idle HTTP episodes (a WebSocket session is closed by its own connection's idle timeout,
+        so its env is never handed to another session while the connection still holds it)."""
         now = time.monotonic()
-        stale = [sid for sid, s in self.sessions.items() if now - s.last_used > self.idle_timeout_s
-                 and not s.lock.locked()]
+        stale = [sid for sid, s in self.sessions.items() if sid.startswith("http:")
+                 and now - s.last_used > self.idle_timeout_s and not s.lock.locked()]
         for sid in stale:
             self.close(sid)
         self.reaped += len(stale)

@@ -132,7 +132,7 @@ def test_a_multi_turn_env_over_one_session():
 
 
 def test_token_body_limit_capacity_and_idle_timeout():
-    with serve_env("agentrl/Arithmetic-v0", "--token", "s3cret", "--max-sessions", "2", "--idle-timeout", "1",
+    with serve_env("agentrl/Arithmetic-v0", "--token", "s3cret", "--max-sessions", "2", "--idle-timeout", "4",
                    "--max-body-bytes", "2000") as (url, _):
         assert httpx.get(url + "/health").status_code == 200  # liveness needs no token
         assert httpx.post(url + "/reset", json={}).status_code == 401
@@ -143,23 +143,41 @@ def test_token_body_limit_capacity_and_idle_timeout():
         with pytest.raises(Exception):  # noqa: B017 - refused at the handshake (close code 1008)
             with ws(url) as conn:
                 ask(conn, {"type": "reset", "data": {}})
-        with ws(url, additional_headers=auth) as conn:  # one HTTP episode + this one: at capacity
+        with ws(url, additional_headers=auth) as conn:  # with the header, or ?token= for clients without one
             assert ask(conn, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
-            with connect(url.replace("http", "ws", 1) + "/ws?token=s3cret", open_timeout=30) as third:
-                r = json.loads(third.recv(timeout=30))
-                assert r["type"] == "error" and r["data"]["code"] == "CAPACITY_REACHED"
+            with connect(url.replace("http", "ws", 1) + "/ws?token=s3cret", open_timeout=30) as second:
+                assert ask(second, {"type": "reset", "data": {}})["type"] == "observation"  # HTTP episode a gave way
+                with ws(url, additional_headers=auth) as third:  # two live sessions: at capacity
+                    r = json.loads(third.recv(timeout=30))
+                    assert r["type"] == "error" and r["data"]["code"] == "CAPACITY_REACHED"
             conn.send(json.dumps({"type": "step", "data": {"text": "y" * 5000}}))
             with pytest.raises(ConnectionClosed) as closed:  # over --max-body-bytes: closed with 1009
                 conn.recv(timeout=30)
             assert closed.value.rcvd.code == 1009
+        assert httpx.post(url + "/reset", json={"episode_id": "z"}, headers=auth).status_code == 200
         deadline = time.monotonic() + 30
         while httpx.get(url + "/health").json()["sessions"] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert httpx.get(url + "/health").json()["sessions"] == 0  # the idle HTTP episode was reaped
+        assert httpx.post(url + "/step", json={"action": {"text": "1"}, "episode_id": "z"}, headers=auth
+                          ).status_code == 404
         with ws(url, additional_headers=auth) as conn:
-            time.sleep(3)  # idle past the timeout: the server closes the session
+            time.sleep(8)  # idle past the timeout: the server closes the session
             with pytest.raises(ConnectionClosed):
                 ask(conn, {"type": "reset", "data": {}})
+
+
+def test_abandoned_http_episodes_make_room_for_new_ones():
+    with serve_env("agentrl/Arithmetic-v0", "--max-sessions", "2") as (url, _):
+        for eid in ("a", "b", "c"):  # reset, never stepped: at capacity the oldest HTTP episode goes
+            assert httpx.post(url + "/reset", json={"episode_id": eid, "task": TASK}).status_code == 200
+        assert httpx.post(url + "/step", json={"action": {"text": "42"}, "episode_id": "a"}).status_code == 404
+        assert httpx.post(url + "/step", json={"action": {"text": "42"}, "episode_id": "c"}).json()["reward"] == 1.0
+        with ws(url) as one, ws(url) as two:  # WebSocket sessions are never evicted: the third is refused
+            assert ask(one, {"type": "reset", "data": {}})["type"] == "observation"
+            assert ask(two, {"type": "reset", "data": {}})["type"] == "observation"  # took b's place
+            with ws(url) as three:
+                assert json.loads(three.recv(timeout=30))["data"]["code"] == "CAPACITY_REACHED"
 
 
 @pytest.mark.parametrize("args, message", [
