@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from servers import serve_env
 
@@ -60,6 +61,28 @@ def test_a_down_server_is_skipped_and_a_dead_one_fails_its_episode_only():
             c.close()
     with pytest.raises(RemoteEnvError, match="no env server could reset"):
         clone_env(env).reset(options={"task": t})
+
+
+def test_a_multi_turn_episode_keeps_its_server_and_session():
+    with serve_env("slow_envs:Guess") as (a, _), serve_env("slow_envs:Guess") as (b, _):
+        env = remote([a, b], env_id="slow_envs:Guess")
+        assert env.max_turns == 4
+        task = make("slow_envs:Guess").sample_task(np.random.default_rng(0))
+        episode = clone_env(env)
+        _, info = episode.reset(options={"task": task})
+        server = info["env_server"]
+        low, high, replies = 0, 9, []
+        for _ in range(4):
+            guess = (low + high) // 2
+            text, reward, terminated, truncated, step_info = episode.step(str(guess))
+            replies.append(text)
+            assert step_info["env_server"] == server  # every turn on the server that reset it
+            if terminated or truncated:
+                break
+            low, high = (guess + 1, high) if text == "higher" else (low, guess - 1)
+        assert terminated and reward == 1.0 and replies[-1] == "" and len(replies) <= 4
+        episode.close()
+        assert sum(s.active for s in env.pool.servers) == 0
 
 
 def test_the_pool_checks_its_servers_at_start():
