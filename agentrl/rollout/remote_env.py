@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from agentrl.env import EnvError, TextEnv
@@ -230,7 +231,7 @@ class RemoteEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[str, dict[str, Any]]:
         self._end(keep=False)
-        super().reset(seed=seed)
+        gymnasium.Env.reset(self, seed=seed)  # seeds np_random (TextEnv.reset would draw a task here too)
         task = (options or {}).get("task") or self.local.sample_task(self.np_random)
         data: dict[str, Any] = {"task": task.to_dict()}
         if seed is not None:
