@@ -1,7 +1,7 @@
 """Envs for the serving tests, served by ``agentrl serve-env slow_envs:NAME`` (this folder on PYTHONPATH).
 
 - ``SlowArithmetic``: ``Arithmetic-v0`` whose ``step`` takes ``delay`` seconds and, with ``log`` set,
-  appends ``"<pid> start|end <task_id>"`` lines to that file (so a test can see which server ran what,
+  appends ``"<pid> reset|start|end <task_id>"`` lines to that file (so a test can see which server ran what,
   and kill one while it holds episodes);
 - ``Guess``: a multi-turn env (guess a number from 0-9 with "higher"/"lower" feedback, 4 turns).
 """
@@ -30,6 +30,11 @@ class SlowArithmetic(ArithmeticEnv):
         if self.log:
             with open(self.log, "a") as f:
                 f.write(f"{os.getpid()} {what} {self.task.id if self.task else '-'}\n")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        out = super().reset(seed=seed, options=options)
+        self._note("reset")
+        return out
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._note("start")

@@ -138,8 +138,8 @@ def test_a_run_survives_a_server_killed_mid_run(tmp_path: Path):
     assert failed and all(t.info.get("error", "").startswith("RemoteEnvError") for t in failed)
     lines = log.read_text().splitlines()
     ended = Counter(ln.split()[0] for ln in lines if " end " in ln)
-    started_b = sum(1 for ln in lines if ln.startswith(f"{proc_b.pid} start"))
-    assert len(failed) == started_b - ended[str(proc_b.pid)]  # the episodes b held when it died, and only those
+    reset_b = sum(1 for ln in lines if ln.startswith(f"{proc_b.pid} reset"))
+    assert len(failed) == reset_b - ended[str(proc_b.pid)]  # the episodes b held when it died, and only those
     ok = [t for batch in generated for t in batch if not t.info.get("failed")]
     assert len(ok) == ended[str(proc_a.pid)] + ended[str(proc_b.pid)]  # every other episode stepped once
     assert [m["failed/dropped"] for m in metrics] == [float(sum(t.info.get("failed", False) for t in batch))
