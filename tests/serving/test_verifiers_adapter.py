@@ -19,7 +19,15 @@ from agentrl.training.trainer import Trainer  # noqa: E402
 TASKSET = Path(__file__).with_name("vf_addition.py")
 
 
+def runtime_dirs() -> set[str]:
+    from verifiers.v1.utils.paths import CACHE_DIR
+
+    root = CACHE_DIR / "runtimes" / "subprocess"
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
 def test_a_verifiers_taskset_trains_two_steps(tmp_path):
+    before = runtime_dirs()
     cfg = load_config(None, [
         f"env.id=verifiers:{TASKSET}", "env.kwargs={config: {num_tasks: 6}, concurrency: 4}",
         "env.eval_kwargs={}", "env.dev_kwargs={}", "model.path=tiny", "model.device=cpu",
@@ -40,6 +48,7 @@ def test_a_verifiers_taskset_trains_two_steps(tmp_path):
         # recorded token-exact (verifiers' trace keeps the reply without its surrounding whitespace)
         assert trainer.tokenizer.decode(actions, skip_special_tokens=True).strip() == reply
         assert f"What is {i} + {i}?" in trainer.tokenizer.decode(t.prompt_ids)
+    assert runtime_dirs() == before  # every rollout's runtime was torn down
 
 
 def test_unsupported_harnesses_and_bad_names_are_refused():
