@@ -1,4 +1,5 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report | view | tasks.
+"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | serve-env | envs list | report |
+view | tasks.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -160,6 +161,12 @@ def _serve_reward(argv: list[str]) -> int:
     return cli_main(argv)
 
 
+def _serve_env(argv: list[str]) -> int:
+    from agentrl.serving.env_server import cli_main
+
+    return cli_main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl", description="agentic RL gym with verifiable rewards")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -213,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--verbose", "-v", action="store_true", help="check: the outputs of failing tasks")
     k.set_defaults(fn=_tasks)
     sub.add_parser("serve-reward", help="run the HTTP reward server (see --help)", add_help=False)
+    sub.add_parser("serve-env", help="serve an env over OpenEnv's protocol (see --help)", add_help=False)
     return p
 
 
@@ -242,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve-reward":
         return _serve_reward(argv[1:])
+    if argv and argv[0] == "serve-env":
+        return _serve_env(argv[1:])
     args = parse_args(argv)
     from agentrl.config import ConfigError
     from agentrl.env import EnvError

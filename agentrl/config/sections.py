@@ -83,6 +83,14 @@ class EnvConfig:
     step_timeout_s: float = 0.0
     """Deadline of one ``env.step`` in seconds: past it that episode fails (error in its info) and the
     hung worker is replaced (0 = no deadline)."""
+    remote: list[str] = field(default_factory=list)
+    """URLs of ``agentrl serve-env`` servers serving ``env.id``: every episode resets and steps on the least
+    loaded healthy one (a failed reset is retried on another; an episode whose server dies fails and leaves
+    the loss). ``env.id`` is still built here for its tasks. Empty: episodes run in this process."""
+    remote_token: str = ""
+    """Bearer token of the ``env.remote`` servers (empty: $AGENTRL_ENV_TOKEN, or none)."""
+    remote_retries: int = 3
+    """Other servers a failed reset is retried on."""
 
 
 @dataclass(frozen=True)

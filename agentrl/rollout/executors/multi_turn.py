@@ -178,7 +178,9 @@ class MultiTurnExecutor:
             ep = Episode(env, task, group_id, prompt)
             self._fail(ep, e)
             return ep
-        return Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None})
+        info = {"responses": [], "finish_reason": None, **({"env_server": info["env_server"]}
+                                                               if "env_server" in info else {})}
+        return Episode(env, task, group_id, prompt, info=info)
 
     def _act(self, e: Episode, comp: Completion, limit: int, budget: int, version: int | None
              ) -> tuple[list[int], str]:
