@@ -49,3 +49,19 @@ def test_openenv_client_plays_a_multi_turn_env():
                 break
             low, high = (guess + 1, high) if r.observation["text"] == "higher" else (low, guess - 1)
         assert r.done and r.reward == 1.0 and seen[-1] == ""
+
+
+def test_openenv_client_solves_a_served_harbor_task():
+    """A Harbor task served over OpenEnv's protocol: the client's reset shows the instruction, and its step
+    (the oracle as tool calls) runs in a workspace on the server's side and is graded there."""
+    from sandbox.workspace.leftovers import leftovers
+
+    local = make("harbor:examples/tasks")
+    with serve_env("harbor:examples/tasks") as (url, proc), GenericEnvClient(base_url=url).sync() as env:
+        first = env.reset(seed=5)
+        text, info = local.reset(seed=5)
+        assert first.observation["text"] == text and first.done is False
+        result = env.step({"text": local.reference_answer(info["task"])})
+        assert result.reward == 1.0 and result.done is True
+        server_pid = proc.pid
+    assert not any(leftovers(server_pid).values())
