@@ -16,10 +16,12 @@ from pathlib import Path
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
     from agentrl.config.loading import check_model_path
+    from agentrl.preflight import check_machine
     from agentrl.run_dir import prepare_run_dir, run_dir_path
     from agentrl.tracking import check_sinks
 
     cfg = load_config(args.config, args.overrides)
+    check_machine(cfg)  # a GPU recipe on a CPU machine stops here, before any model or engine is built
     check_model_path(cfg.model.path)
     check_sinks(cfg.log)
     run_dir = prepare_run_dir(args.resume or run_dir_path(cfg, args.run_dir), resume=bool(args.resume),
@@ -51,6 +53,9 @@ def _eval(args: argparse.Namespace) -> int:
         config = saved  # a run or checkpoint dir: evaluate as the run did (its env, kwargs, sampling)
         print(f"agentrl eval: using the run's config {saved}", file=sys.stderr)
     cfg = load_config(config, overrides)
+    from agentrl.preflight import check_machine
+
+    check_machine(cfg)
     if args.model:
         check_model_path(args.model, "--model")
     run_eval(cfg, args.out, model_path=args.model)
@@ -194,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from agentrl.config import ConfigError
     from agentrl.env import EnvError
+    from agentrl.preflight import RequirementError
 
     try:
         return args.fn(args)
@@ -201,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"agentrl: config error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except RequirementError as e:  # this machine lacks a GPU, a package or a supported release
+        if args.debug:
+            raise
+        print(f"agentrl: error: {one_line(e)}", file=sys.stderr)
         return 2
     except (OSError, ImportError) as e:  # a model path, a missing file or an optional package
         if args.debug:

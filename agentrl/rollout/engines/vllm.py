@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from agentrl.models import resolve_model_source
+from agentrl.preflight import require_vllm_api
 from agentrl.rollout.engines.base import Completion, SamplingParams
 
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -42,6 +43,7 @@ class VLLMEngine:
         if on_cpu():
             for k, v in CPU_ENV.items():
                 os.environ.setdefault(k, v)
+        require_vllm_api()  # a release outside the tested range, or one missing a method we call, stops here
         from vllm import LLM
 
         kwargs: dict[str, Any] = dict(
