@@ -95,7 +95,7 @@ def require_vllm_api(llm_cls: Any = None, engine_args_cls: Any = None) -> str:
 
 
 DEEPSPEED_ENGINE_METHODS = ("backward", "step", "zero_grad", "get_global_grad_norm", "offload_states",
-                            "reload_states", "module")
+                            "reload_states")
 
 
 def require_deepspeed_api(engine_cls: Any = None) -> str:
@@ -106,7 +106,7 @@ def require_deepspeed_api(engine_cls: Any = None) -> str:
 
     engine_cls = engine_cls or deepspeed.DeepSpeedEngine
     missing = [f"DeepSpeedEngine.{m}" for m in missing_members(engine_cls, DEEPSPEED_ENGINE_METHODS)]
-    if "backward" not in missing and "scale_wrt_gas" not in inspect.signature(engine_cls.backward).parameters:
+    if "backward" not in missing and "scale_wrt_gas" not in parameter_names(engine_cls.backward):
         missing.append("DeepSpeedEngine.backward(scale_wrt_gas=)")
     if not hasattr(getattr(deepspeed, "zero", None), "GatheredParameters"):
         missing.append("deepspeed.zero.GatheredParameters")
@@ -114,6 +114,18 @@ def require_deepspeed_api(engine_cls: Any = None) -> str:
         raise RequirementError(f"deepspeed {version} lacks {', '.join(missing)}, which agentrl calls; supported: "
                                f"deepspeed{SUPPORTED['deepspeed'][0]} ({SUPPORTED['deepspeed'][2]})")
     return version
+
+
+def parameter_names(fn: Any) -> set[str]:
+    """Parameter names of ``fn``, looking through a decorator that does not keep the signature (DeepSpeed's
+    ``instrument_w_nvtx`` wraps ``backward`` as ``(*args, **kwargs)``) to the function it closes over."""
+    names = set(inspect.signature(fn).parameters)
+    if names <= {"args", "kwargs"}:
+        for cell in getattr(fn, "__closure__", None) or ():
+            inner = cell.cell_contents
+            if inspect.isfunction(inner):
+                names |= parameter_names(inner)
+    return names
 
 
 def cuda_missing() -> str | None:
