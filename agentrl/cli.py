@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report.
+"""The ``agentrl`` command: train | eval | plan | sft | rm | dpo | serve-reward | envs list | report.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -59,6 +59,27 @@ def _eval(args: argparse.Namespace) -> int:
     if args.model:
         check_model_path(args.model, "--model")
     run_eval(cfg, args.out, model_path=args.model)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``agentrl plan CONFIG``: the memory per component the run needs (``agentrl.training.memory_plan``)."""
+    from agentrl.config import load_config
+    from agentrl.training.memory_plan import format_plan, plan_run
+
+    cfg = load_config(args.config, args.overrides)
+    plan, source = plan_run(cfg, prompt_tokens=args.prompt_tokens, gpu_gib=args.gpu_gib)
+    print(format_plan(plan, source))
+    if args.measure:
+        from agentrl.config import ConfigError
+        from agentrl.training.memory_measure import measure_run
+        from agentrl.training.memory_plan import compare, format_comparison
+
+        if cfg.cluster.mode != "local" or cfg.rollout.engine == "vllm":
+            raise ConfigError("plan --measure runs the single-process trainer with the HF engine: "
+                              "set cluster.mode=local rollout.engine=hf")
+        measured = measure_run(cfg, plan.facts["prompt_tokens"], plan.facts["response_tokens"])
+        print(format_comparison(compare(plan, measured)))
     return 0
 
 
@@ -148,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
     v.add_argument("--out", default="eval_out", help="directory for eval.json")
     v.set_defaults(fn=_eval)
+    m = sub.add_parser("plan", help="memory per component (weights, optimizer, activations, KV cache) of a config")
+    m.add_argument("config", help="YAML config file")
+    m.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+    m.add_argument("--prompt-tokens", type=int, default=None, help="prompt length to plan for (default: measured)")
+    m.add_argument("--gpu-gib", type=float, default=None, help="GPU memory in GiB (default: this GPU's, else 80)")
+    m.add_argument("--measure", action="store_true", help="also run the worst case once here and print measured bytes")
+    m.set_defaults(fn=_plan)
     r = sub.add_parser("report", help="PNG plots and report.md of a run")
     r.add_argument("run_dir", help="the run directory (metrics.jsonl)")
     r.set_defaults(fn=_report)
