@@ -1,5 +1,6 @@
 """``agentrl plan``: parameter counts and LoRA sizes by hand, the learner's own call split, the GPU
-recipe's table, and (slow) every figure of the CPU demo's plan within 25% of a measured run
+recipe's table, and every figure of the CPU demo's plan (also with LoRA and activation checkpointing)
+within 25% of a measured run
 (SmolLM2's: tests/real/test_memory_plan_smollm2.py)."""
 
 from __future__ import annotations
@@ -98,11 +99,11 @@ def assert_within(rows, tolerance: float = 0.25) -> None:
             f"{name}: planned {planned / 2**20:.1f} MiB, measured {measured / 2**20:.1f} MiB")
 
 
-@pytest.mark.slow
-def test_every_figure_of_the_cpu_demo_plan_is_within_25_percent_of_a_measured_run():
+@pytest.mark.parametrize("overrides", [[], ["learner.gradient_checkpointing=true", "learner.lora.r=8"]])
+def test_every_figure_of_the_cpu_demo_plan_is_within_25_percent_of_a_measured_run(overrides):
     from agentrl.training.memory_measure import measure_run
 
-    cfg = load_config(ROOT / "examples/configs/cpu_demo.yaml", ["model.warm_start.enabled=false"])
+    cfg = load_config(ROOT / "examples/configs/cpu_demo.yaml", ["model.warm_start.enabled=false", *overrides])
     plan, _ = plan_run(cfg)
     measured = measure_run(cfg, plan.facts["prompt_tokens"], plan.facts["response_tokens"])
     rows = compare(plan, measured)

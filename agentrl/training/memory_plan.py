@@ -13,8 +13,8 @@ Rows, per device (the process on CPU, each GPU on a GPU machine):
   split is used (micro-batches, shared prompts, ``learner.call_tokens`` pieces); a call keeps, per
   decoder layer and token, what autograd saves for a Llama-family layer (norm inputs, projection
   inputs, attention q/k/v/out with keys repeated to every head, MLP intermediates: measured with
-  saved-tensor hooks), plus one layer's backward temporaries and ~4 float32 copies of the LM-head
-  logits it holds at once (one 1,024-position chunk when the head is chunked);
+  saved-tensor hooks), plus ~4 float32 copies of the LM-head logits it holds at once (one
+  1,024-position chunk when the head is chunked);
 - **reference** (a frozen copy, when ``algo.kl_mode`` is not none and the policy is not LoRA),
   **critic** (PPO);
 - **engine**: HF shares the policy's weights, adds the fused decode weights and, while generating,
@@ -177,10 +177,10 @@ def activation_bytes(shape: Shape, prompts: int, rows: int, prompt: int, respons
         mask = rows * (prompt + response) ** 2
     per_token = (4 if norms_train else 2) * H + 2 * H + 4 * mlp + 2 * q + shape.heads + 2
     layer = (tokens * per_token + keys * 2 * q) * act_bytes + mask * 4
-    if checkpointing:  # each layer keeps its input; one layer's activations are rebuilt in the backward pass
-        saved = L * tokens * H * act_bytes + 2 * layer
+    if checkpointing:  # each layer keeps its input; in the backward pass one layer is rebuilt, with its gradients
+        saved = L * tokens * H * act_bytes + layer * 3 // 2
     else:
-        saved = (L + 1) * layer  # every layer, plus one layer's backward temporaries
+        saved = L * layer
     head_rows = tokens if tokens <= CHUNK_TOKENS or tokens * shape.vocab * 4 <= SMALL_LOGITS_BYTES else CHUNK_TOKENS
     return saved + LOGIT_COPIES * head_rows * shape.vocab * 4
 
