@@ -295,7 +295,7 @@ class ClusterConfig:
     offload_params: bool = False
     """DeepSpeed ZeRO-3: keep parameters in CPU memory."""
     weight_sync: str = "auto"
-    """auto (nccl on GPU, object_store on CPU) | object_store | nccl | gloo (the NCCL protocol over gloo, CPU)."""
+    """auto (nccl on whole GPUs, gloo on shared ones, object_store on CPU) | object_store | nccl | gloo (NCCL's protocol via host memory)."""
     sync_timeout_s: float = 300.0
     """nccl | gloo: seconds a weight-sync peer may take to join the group (gloo: also each broadcast) before the run fails."""
     sync_bucket_mb: float = 256.0

@@ -132,7 +132,8 @@ class RayTrainer(Trainer):
         else:
             c = self.cfg.cluster
             self._weight_sync = WeightSync(policy.group, self.engine.group, c.weight_sync, timeout_s=c.sync_timeout_s,
-                                           bucket_bytes=int(c.sync_bucket_mb * 2**20))
+                                           bucket_bytes=int(c.sync_bucket_mb * 2**20),
+                                           shared_gpus=0 < c.policy.gpus < 1 or 0 < c.engines.gpus < 1)
         return policy
 
     def build_reward_model(self) -> Any:

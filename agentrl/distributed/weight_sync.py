@@ -122,13 +122,14 @@ class WeightSync:
     """Connects a policy group to engine workers; ``push()`` returns the seconds it took."""
 
     def __init__(self, policy: Any, engines: Any, mode: str = "auto", *, timeout_s: float = 300.0,
-                 bucket_bytes: int = BUCKET_BYTES) -> None:
+                 bucket_bytes: int = BUCKET_BYTES, shared_gpus: bool = False) -> None:
         import ray
 
         self.policy, self.engines = policy, engines
         self.last: dict[str, float] = {}
-        if mode == "auto":
-            mode = "nccl" if torch.cuda.is_available() or _cluster_has_gpus() else "object_store"
+        if mode == "auto":  # NCCL refuses two ranks on one GPU: fractional GPUs sync through host memory (gloo)
+            on_gpus = torch.cuda.is_available() or _cluster_has_gpus()
+            mode = ("gloo" if shared_gpus else "nccl") if on_gpus else "object_store"
         self.mode = mode
         if mode in ("nccl", "gloo"):
             host, port = ray.get(policy.actors[0].address.remote())

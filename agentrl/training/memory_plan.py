@@ -143,13 +143,15 @@ def longest_prompt(env: Any, tokenizer: Any, chat_template: bool, samples: int =
     return max(len(encode_prompt(tokenizer, env.sample_task(rng).prompt, chat_template)) for _ in range(samples))
 
 
-def learner_call(cfg: RunConfig, shape: Shape, prompt: int, response: int, on_gpu: bool) -> tuple[int, int]:
+def learner_call(cfg: RunConfig, shape: Shape, prompt: int, response: int, on_gpu: bool, ranks: int = 1
+                 ) -> tuple[int, int]:
     """(distinct prompts, rows) of the learner's largest forward/backward call, split as the learner splits
-    a micro-batch of full-length samples (``agentrl.training.buckets.fit_calls`` with its call-token cap)."""
+    a micro-batch of full-length samples (``agentrl.training.buckets.fit_calls`` with its call-token cap);
+    over ``ranks`` data-parallel ranks each trains its share of the batch."""
     from agentrl.training.buckets import cache_sized_tokens, fit_calls
 
     n = cfg.rollout.n_samples
-    batch = cfg.data.prompts_per_step * n
+    batch = math.ceil(cfg.data.prompts_per_step * n / ranks)
     rows = min(batch, cfg.learner.micro_batch_size)
     if cfg.learner.micro_batch_tokens > 0:
         rows = min(batch, max(n, cfg.learner.micro_batch_tokens // (prompt + response) // n * n))
@@ -193,20 +195,29 @@ class Row:
     resident: bool  # held for the whole run (else only during the rollout or the update)
     phase: str = ""  # rollout | update for transients
     note: str = ""
+    where: str = ""  # cluster.mode=ray: the actor group's device ("policy rank", "engine", ...); "" in one process
 
 
 @dataclasses.dataclass
 class Plan:
-    """The rows of one device and the numbers they came from."""
+    """The rows of each device (one in a single process; one per actor group over Ray) and their inputs."""
 
     device: str
     rows: list[Row]
     facts: dict[str, Any]
 
-    def total(self, phase: str | None = None) -> int:
-        """Resident bytes plus the transients of ``phase`` (None: the larger phase)."""
-        resident = sum(r.bytes for r in self.rows if r.resident)
-        phases = {p: sum(r.bytes for r in self.rows if not r.resident and r.phase == p) for p in ("rollout", "update")}
+    @property
+    def places(self) -> list[str]:
+        return list(dict.fromkeys(r.where for r in self.rows))
+
+    def total(self, phase: str | None = None, where: str | None = None) -> int:
+        """Resident bytes plus the transients of ``phase`` (None: the larger phase) on ``where`` (None: the
+        device that needs the most)."""
+        if where is None:
+            return max(self.total(phase, w) for w in self.places)
+        rows = [r for r in self.rows if r.where == where]
+        resident = sum(r.bytes for r in rows if r.resident)
+        phases = {p: sum(r.bytes for r in rows if not r.resident and r.phase == p) for p in ("rollout", "update")}
         return resident + (phases[phase] if phase else max(phases.values()))
 
     def get(self, component: str) -> int:
@@ -232,26 +243,29 @@ def make_plan(cfg: RunConfig, shape: Shape, prompt: int, response: int, *, gpu_b
     lora = cfg.learner.lora
     trainable = shape.lora_params(lora.r, list(lora.target_modules)) if lora.r > 0 else shape.params
     weights = (shape.params + (trainable if lora.r > 0 else 0)) * pb
+    policy = "policy rank" if ray else ""
     rows: list[Row] = [Row("weights", weights // (ranks if zero == 3 else 1), True, note=f"{shape.params:,} parameters"
-                           + (f" + {trainable:,} LoRA" if lora.r > 0 else ""))]
+                           + (f" + {trainable:,} LoRA" if lora.r > 0 else ""), where=policy)]
     opt = optimizer_bytes(trainable, pb, ray and c.strategy == "deepspeed", pb < 4) // (ranks if zero >= 1 else 1)
-    rows.append(Row("optimizer", 0 if c.offload_optimizer else opt, True,
+    rows.append(Row("optimizer", 0 if c.offload_optimizer else opt, True, where=policy,
                     note="in CPU memory" if c.offload_optimizer else f"AdamW over {trainable:,} trainable"))
-    rows.append(Row("gradients", trainable * pb // (ranks if zero >= 2 else 1), False, "update"))
+    rows.append(Row("gradients", trainable * pb // (ranks if zero >= 2 else 1), False, "update", where=policy))
     n = cfg.rollout.n_samples
-    prompts, call_rows = learner_call(cfg, shape, prompt, response, on_gpu)
+    prompts, call_rows = learner_call(cfg, shape, prompt, response, on_gpu, ranks)
     act = activation_bytes(shape, prompts, call_rows, prompt, response, act_bytes=pb, norms_train=lora.r == 0,
                            shared=cfg.learner.shared_prefix and n > 1,
                            checkpointing=cfg.learner.gradient_checkpointing)
-    rows.append(Row("activations", act, False, "update", note=f"a call of {call_rows} samples"))
+    rows.append(Row("activations", act, False, "update", note=f"a call of {call_rows} samples", where=policy))
     if cfg.algo.kl_mode != "none" and lora.r == 0:
-        rows.append(Row("reference", shape.params * pb, True, note="frozen copy for the KL term"))
+        rows.append(Row("reference", shape.params * pb, True, note="frozen copy for the KL term",
+                        where="reference" if ray else ""))
     if cfg.algo.estimator == "gae":
-        rows.append(Row("critic", shape.params * pb + 2 * shape.params * pb + shape.params * pb, True,
-                        note="weights, AdamW, gradients"))
+        rows.append(Row("critic", shape.params * pb * 4, True, note="weights, AdamW, gradients",
+                        where="critic" if ray else ""))
     rows += engine_rows(cfg, shape, prompt, response, pb, lora.r > 0, gpu_bytes if on_gpu else None)
     if on_gpu:
-        rows.append(Row("CUDA context", CUDA_OVERHEAD, True, note="context, workspaces, allocator slack (estimate)"))
+        rows += [Row("CUDA context", CUDA_OVERHEAD, True, note="context, workspaces, allocator slack (estimate)",
+                     where=w) for w in dict.fromkeys(r.where for r in rows)]
     facts = dict(prompt_tokens=prompt, response_tokens=response, call_rows=call_rows, call_prompts=prompts,
                  trainable=trainable, batch=cfg.data.prompts_per_step * n)
     return Plan("GPU" if on_gpu else "CPU", rows, facts)
@@ -261,39 +275,47 @@ def engine_rows(cfg: RunConfig, shape: Shape, prompt: int, response: int, pb: in
                 gpu_bytes: int | None) -> list[Row]:
     """The rollout engine's rows (HF in the trainer's process, or vLLM)."""
     n = cfg.rollout.n_samples
-    batch = min(cfg.data.prompts_per_step * n, cfg.rollout.max_batch_size)
+    ray = cfg.cluster.mode == "ray"
+    where = "engine" if ray else ""
+    engines = cfg.cluster.engines.num if ray else 1
+    batch = min(math.ceil(cfg.data.prompts_per_step * n / engines), cfg.rollout.max_batch_size)
     kv_token = shape.layers * 2 * shape.kv_heads * shape.head_dim * pb
     if cfg.rollout.engine == "vllm":
         if gpu_bytes is None:
             space = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4"))
-            return [Row("engine weights", shape.params * pb, True, note="vLLM's own copy"),
-                    Row("engine KV cache", int(space * GIB), True, note="VLLM_CPU_KVCACHE_SPACE")]
+            return [Row("engine weights", shape.params * pb, True, note="vLLM's own copy", where=where),
+                    Row("engine KV cache", int(space * GIB), True, note="VLLM_CPU_KVCACHE_SPACE", where=where)]
         share = int(0.5 * gpu_bytes)  # VLLMEngine's gpu_memory_utilization
         need = batch * (prompt + response) * kv_token
-        return [Row("engine (vLLM)", share, True, note=f"gpu_memory_utilization 0.5: weights {shape.params * pb / GIB:.2f} "
-                    f"GiB, the rest KV cache (the batch needs {need / GIB:.2f} GiB)")]
+        return [Row("engine (vLLM)", share, True, where=where, note=f"gpu_memory_utilization 0.5: weights "
+                    f"{shape.params * pb / GIB:.2f} GiB, the rest KV cache (its batch needs {need / GIB:.2f} GiB)")]
     fused = 0
     if shape.static_decode:  # fused q/k/v and gate/up copies; with LoRA every adapted weight is a new tensor
         fused = pb * shape.linear_params(None if lora else ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))
     distinct = math.ceil(batch / n) if n > 1 else batch
     kv = batch * (2 * prompt + response) * kv_token  # preallocated prompt + response, beside the prefill's cache
     logits = distinct * prompt * shape.vocab * pb + SAMPLING_COPIES * batch * shape.vocab * 4
-    return [Row("engine decode weights", fused, True, note="HF engine: fused layer weights (shares the policy's)"),
-            Row("engine KV cache", kv + logits, False, "rollout",
-                note=f"{batch} samples x {prompt + response} tokens; prefill and sampling logits")]
+    rows = [Row("engine weights", shape.params * pb, True, note="the engine actor's model", where=where)] if ray else []
+    return rows + [Row("engine decode weights", fused, True, where=where,
+                       note="HF engine: fused layer weights" + ("" if ray else " (shares the policy's)")),
+                   Row("engine KV cache", kv + logits, False, "rollout", where=where,
+                       note=f"{batch} samples x {prompt + response} tokens; prefill and sampling logits")]
 
 
 def format_plan(plan: Plan, source: str) -> str:
-    """The table ``agentrl plan`` prints."""
+    """The table ``agentrl plan`` prints (one block per device kind over Ray)."""
     f = plan.facts
     lines = [f"memory plan per {plan.device} ({source}; every sample {f['prompt_tokens']} prompt + "
-             f"{f['response_tokens']} response tokens)",
-             f"{'component':<24}{'GiB':>10}  when     note"]
-    for r in plan.rows:
-        when = "always" if r.resident else r.phase
-        lines.append(f"{r.component:<24}{r.bytes / GIB:>10.3f}  {when:<8} {r.note}")
-    lines.append(f"{'peak':<24}{plan.total() / GIB:>10.3f}  resident + max(rollout {plan.total('rollout') / GIB:.3f}, "
-                 f"update {plan.total('update') / GIB:.3f})")
+             f"{f['response_tokens']} response tokens)"]
+    for where in plan.places:
+        if where:
+            lines.append(f"-- each {where} {plan.device}")
+        lines.append(f"{'component':<24}{'GiB':>10}  when     note")
+        for r in (r for r in plan.rows if r.where == where):
+            when = "always" if r.resident else r.phase
+            lines.append(f"{r.component:<24}{r.bytes / GIB:>10.3f}  {when:<8} {r.note}")
+        lines.append(f"{'peak':<24}{plan.total(None, where) / GIB:>10.3f}  resident + max(rollout "
+                     f"{plan.total('rollout', where) / GIB:.3f}, update {plan.total('update', where) / GIB:.3f})")
     return "\n".join(lines)
 
 
