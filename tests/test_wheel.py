@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SKIP = {".git", ".venv", ".cache", "runs", "build", "dist", ".pytest_cache", ".ruff_cache", "__pycache__"}
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
+def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600, stderr: bool = False) -> str:
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    return out.stdout
+    return out.stdout + (out.stderr if stderr else "")
 
 
 def clean_env(home: Path) -> dict[str, str]:
@@ -46,8 +46,9 @@ def build_wheel(out: Path, env: dict[str, str]) -> Path:
     """Build from a copy of the source tree (the build writes build/ and *.egg-info beside the sources)."""
     src = out / "src"
     shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")])
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out / "dist"),
-         str(src)], cwd=out, env=env)
+    log = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+               str(out / "dist"), str(src)], cwd=out, env=env, stderr=True)
+    assert "deprecat" not in log.lower(), log[-3000:]  # e.g. project.license as a table (before SPDX strings)
     (wheel,) = (out / "dist").glob("agentrl-*.whl")
     return wheel
 
