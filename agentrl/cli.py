@@ -111,6 +111,9 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.run_dir import prepare_run_dir, run_dir_path
 
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
+    from agentrl.preflight import check_machine
+
+    check_machine(cfg)
     check_model_path(cfg.model.path)
     run_dir = prepare_run_dir(run_dir_path(cfg, args.run_dir), overwrite=args.overwrite,
                               command=f"agentrl {args.command} CONFIG")

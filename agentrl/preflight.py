@@ -139,8 +139,14 @@ def cuda_missing() -> str | None:
     return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU (CUDA_VISIBLE_DEVICES, the driver)"
 
 
-def check_machine(cfg: RunConfig) -> None:
-    """Raise ``RequirementError`` when this machine cannot run ``cfg`` (see the module docstring)."""
+def check_machine(cfg: RunConfig | Any) -> None:
+    """Raise ``RequirementError`` when this machine cannot run ``cfg`` (see the module docstring); a stage
+    config (``agentrl sft | rm | dpo``: no rollout or cluster section) is checked for CUDA only."""
+    if not hasattr(cfg, "cluster"):
+        if cfg.model.device == "cuda" and (why := cuda_missing()):
+            raise RequirementError(f"model.device=cuda needs a CUDA GPU and {why}: run it on a GPU machine, "
+                                   "or set model.device=cpu (the *_tiny.yaml twins in examples/configs run on CPU)")
+        return
     gpus = [name for name in ("policy", "reference", "critic", "reward_model", "engines")
             if getattr(cfg.cluster, name).gpus > 0]
     wants_cuda = cfg.model.device == "cuda" or (cfg.cluster.mode == "ray" and not cfg.cluster.address and gpus)

@@ -137,6 +137,17 @@ def test_ray_outside_the_range_stops_before_ray_starts(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU machine's answer")
+@pytest.mark.parametrize("stage", ["sft", "rm", "dpo"])
+def test_the_gpu_stage_recipes_on_a_cpu_machine_are_one_line(stage, capsys, tmp_path):
+    from agentrl.cli import main
+
+    code = main([stage, str(ROOT / f"examples/configs/{stage}_qwen.yaml"), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "model.device=cuda needs a CUDA GPU" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU machine's answer")
 @pytest.mark.parametrize("overrides, what", [
     (["cluster.mode=ray", "cluster.engines.gpus=1"], "cluster.engines.gpus > 0 needs a CUDA GPU"),
     (["cluster.mode=ray", "cluster.weight_sync=nccl"], "cluster.weight_sync=nccl needs CUDA GPUs"),

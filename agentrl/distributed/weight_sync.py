@@ -134,9 +134,9 @@ class WeightSync:
         if mode in ("nccl", "gloo"):
             host, port = ray.get(policy.actors[0].address.remote())
             world = 1 + len(engines.actors)  # one worker per engine (tensor_parallel_size 1)
-            ray.get(policy.call_async("connect_weight_sync", mode, host, port, world, timeout_s, bucket_bytes)
-                    + [e.connect_weight_sync.remote(mode, host, port, 1 + i, world, timeout_s)
-                       for i, e in enumerate(engines.actors)])
+            _get(policy.call_async("connect_weight_sync", mode, host, port, world, timeout_s, bucket_bytes)
+                 + [e.connect_weight_sync.remote(mode, host, port, 1 + i, world, timeout_s)
+                    for i, e in enumerate(engines.actors)])
 
     def push(self) -> float:
         """One sync; returns its seconds (``last`` holds bytes, seconds and the engines' reload seconds)."""
@@ -145,7 +145,7 @@ class WeightSync:
         start = time.perf_counter()
         if self.mode in ("nccl", "gloo"):
             receiving = self.engines.call_async("receive_weights")
-            sent = [r for r in ray.get(self.policy.call_async("send_weights") + receiving)[:len(self.policy.actors)]
+            sent = [r for r in _get(self.policy.call_async("send_weights") + receiving)[:len(self.policy.actors)]
                     if r is not None][0]
             self.last = {"seconds": time.perf_counter() - start, "bytes": sent["bytes"], "buckets": sent["buckets"]}
             return self.last["seconds"]
@@ -165,6 +165,20 @@ class WeightSync:
         log.info("weight sync: %.1f MB in %.3f s (engine reload %.3f s)", self.last["bytes"] / 2**20, seconds,
                  self.last["engine_reload_s"])
         return seconds
+
+
+def _get(refs: list[Any]) -> list[Any]:
+    """``ray.get``; an actor's ``WeightSyncError`` comes back as itself, with its one-line message."""
+    import ray
+
+    from agentrl.rollout.engines.weight_protocol import WeightSyncError
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, WeightSyncError):
+            raise WeightSyncError(str(e.cause)) from e
+        raise
 
 
 def _cluster_has_gpus() -> bool:

@@ -41,8 +41,9 @@ MAGIC = 0x57535943  # "WSYC": a header that is not one means the two sides are o
 DEFAULT_TIMEOUT_S = 300.0
 
 
-class WeightSyncError(RuntimeError):
-    """The weight-sync group could not form, fell out of step, or a transfer failed (one line)."""
+class WeightSyncError(ConnectionError):
+    """The weight-sync group could not form, fell out of step, or a transfer failed (one line; a
+    ``ConnectionError``, so ``agentrl`` prints it as one line like other connection failures)."""
 
 
 def plan_buckets(specs: list[Spec], bucket_bytes: int) -> list[list[int]]:
