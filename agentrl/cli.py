@@ -1,5 +1,5 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | serve-env | envs list | report |
-view | tasks.
+"""The ``agentrl`` command: train | eval | plan | sft | rm | dpo | serve-reward | serve-env | envs list |
+report | view | tasks.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -17,10 +17,12 @@ from pathlib import Path
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
     from agentrl.config.loading import check_model_path
+    from agentrl.preflight import check_machine
     from agentrl.run_dir import prepare_run_dir, run_dir_path
     from agentrl.tracking import check_sinks
 
     cfg = load_config(args.config, args.overrides)
+    check_machine(cfg)  # a GPU recipe on a CPU machine stops here, before any model or engine is built
     check_model_path(cfg.model.path)
     check_sinks(cfg.log)
     run_dir = prepare_run_dir(args.resume or run_dir_path(cfg, args.run_dir), resume=bool(args.resume),
@@ -52,9 +54,33 @@ def _eval(args: argparse.Namespace) -> int:
         config = saved  # a run or checkpoint dir: evaluate as the run did (its env, kwargs, sampling)
         print(f"agentrl eval: using the run's config {saved}", file=sys.stderr)
     cfg = load_config(config, overrides)
+    from agentrl.preflight import check_machine
+
+    check_machine(cfg)
     if args.model:
         check_model_path(args.model, "--model")
     run_eval(cfg, args.out, model_path=args.model)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``agentrl plan CONFIG``: the memory per component the run needs (``agentrl.training.memory_plan``)."""
+    from agentrl.config import load_config
+    from agentrl.training.memory_plan import format_plan, plan_run
+
+    cfg = load_config(args.config, args.overrides)
+    plan, source = plan_run(cfg, prompt_tokens=args.prompt_tokens, gpu_gib=args.gpu_gib)
+    print(format_plan(plan, source))
+    if args.measure:
+        from agentrl.config import ConfigError
+        from agentrl.training.memory_measure import measure_run
+        from agentrl.training.memory_plan import compare, format_comparison
+
+        if cfg.cluster.mode != "local" or cfg.rollout.engine == "vllm":
+            raise ConfigError("plan --measure runs the single-process trainer with the HF engine: "
+                              "set cluster.mode=local rollout.engine=hf")
+        measured = measure_run(cfg, plan.facts["prompt_tokens"], plan.facts["response_tokens"])
+        print(format_comparison(compare(plan, measured)))
     return 0
 
 
@@ -86,6 +112,9 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.run_dir import prepare_run_dir, run_dir_path
 
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
+    from agentrl.preflight import check_machine
+
+    check_machine(cfg)
     check_model_path(cfg.model.path)
     run_dir = prepare_run_dir(run_dir_path(cfg, args.run_dir), overwrite=args.overwrite,
                               command=f"agentrl {args.command} CONFIG")
@@ -185,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
     v.add_argument("--out", default="eval_out", help="directory for eval.json")
     v.set_defaults(fn=_eval)
+    m = sub.add_parser("plan", help="memory per component (weights, optimizer, activations, KV cache) of a config")
+    m.add_argument("config", help="YAML config file")
+    m.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+    m.add_argument("--prompt-tokens", type=int, default=None, help="prompt length to plan for (default: measured)")
+    m.add_argument("--gpu-gib", type=float, default=None, help="GPU memory in GiB (default: this GPU's, else 80)")
+    m.add_argument("--measure", action="store_true", help="also run the worst case once here and print measured bytes")
+    m.set_defaults(fn=_plan)
     r = sub.add_parser("report", help="PNG plots and report.md of a run")
     r.add_argument("run_dir", help="the run directory (metrics.jsonl)")
     r.set_defaults(fn=_report)
@@ -255,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from agentrl.config import ConfigError
     from agentrl.env import EnvError
+    from agentrl.preflight import RequirementError
 
     try:
         return args.fn(args)
@@ -262,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"agentrl: config error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except RequirementError as e:  # this machine lacks a GPU, a package or a supported release
+        if args.debug:
+            raise
+        print(f"agentrl: error: {one_line(e)}", file=sys.stderr)
         return 2
     except (OSError, ImportError) as e:  # a model path, a missing file or an optional package
         if args.debug:

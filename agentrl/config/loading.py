@@ -34,7 +34,7 @@ CHOICES = {
     "cluster.mode": ("local", "ray"),
     "cluster.strategy": ("deepspeed", "ddp"),
     "cluster.zero_stage": (0, 1, 2, 3),
-    "cluster.weight_sync": ("auto", "object_store", "nccl"),
+    "cluster.weight_sync": ("auto", "object_store", "nccl", "gloo"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.device": ("auto", "cpu", "cuda"),
 }
@@ -198,6 +198,10 @@ def resolve_auto(cfg: Any) -> Any:
     call_tokens = getattr(getattr(cfg, "learner", None), "call_tokens", -1)
     if call_tokens < -1:
         raise ConfigError(f"learner.call_tokens: expected a token count > 0, 0 (no cap) or -1 (auto), got {call_tokens!r}")
+    cluster = getattr(cfg, "cluster", None)
+    for key in ("sync_timeout_s", "sync_bucket_mb"):
+        if cluster is not None and getattr(cluster, key) <= 0:
+            raise ConfigError(f"cluster.{key}: expected a number > 0, got {getattr(cluster, key)!r}")
     algo = getattr(cfg, "algo", None)
     if algo is None or getattr(algo, "tis_cap", 0.0) >= 0:
         return cfg

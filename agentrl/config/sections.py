@@ -303,7 +303,11 @@ class ClusterConfig:
     offload_params: bool = False
     """DeepSpeed ZeRO-3: keep parameters in CPU memory."""
     weight_sync: str = "auto"
-    """auto (nccl on GPU, object_store on CPU) | object_store | nccl."""
+    """auto (nccl on whole GPUs, gloo on shared ones, object_store on CPU) | object_store | nccl | gloo (NCCL's protocol via host memory)."""
+    sync_timeout_s: float = 300.0
+    """nccl | gloo: seconds a weight-sync peer may take to join the group (gloo: also each broadcast) before the run fails."""
+    sync_bucket_mb: float = 256.0
+    """nccl | gloo: MB per broadcast (consecutive weights flattened into one bucket)."""
     colocate: bool = False
     """GPU: engines sleep while the policy trains and ZeRO-3 states are offloaded while engines generate."""
 
