@@ -15,7 +15,7 @@ from pathlib import Path
 
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.config.loading import check_model_path
+    from agentrl.models import check_model_source as check_model_path
     from agentrl.run_dir import prepare_run_dir, run_dir_path
     from agentrl.tracking import check_sinks
 
@@ -40,8 +40,8 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.config.loading import check_model_path
     from agentrl.evaluation.command import run_config_of, run_eval
+    from agentrl.models import check_model_source as check_model_path
 
     overrides = list(args.overrides)
     if args.env:
@@ -81,7 +81,7 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.stages import config as stage_config
 
     module, fn, cls = STAGES[args.command]
-    from agentrl.config.loading import check_model_path
+    from agentrl.models import check_model_source as check_model_path
     from agentrl.run_dir import prepare_run_dir, run_dir_path
 
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_reward(argv[1:])
     args = parse_args(argv)
     from agentrl.config import ConfigError
-    from agentrl.env import EnvError
+    from agentrl.env import EnvError, EnvFailureRateError
 
     try:
         return args.fn(args)
@@ -202,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"agentrl: config error: {one_line(e)}", file=sys.stderr)
         return 2
+    except EnvFailureRateError as e:  # the env failed too many episodes (tracebacks shown once above)
+        if args.debug:
+            raise
+        print(f"agentrl: error: {one_line(e)}", file=sys.stderr)
+        return 1
     except (OSError, ImportError) as e:  # a model path, a missing file or an optional package
         if args.debug:
             raise

@@ -109,6 +109,55 @@ def resolve_model_source(path: str | Path) -> str:
     return path
 
 
+def check_model_source(path: str, key: str = "model.path") -> None:
+    """Fail fast, in one line, on a ``model.path`` that cannot load: a missing local path
+    (``agentrl.config.loading.check_model_path``), a name close to a known alias or to a directory beside
+    it ("did you mean ...?"), or a hub id that is not in the local cache while the hub is out of reach
+    (``HF_HUB_OFFLINE``, or no connection: no minute of download retries)."""
+    import difflib
+
+    from agentrl.config import ConfigError
+    from agentrl.config.loading import check_model_path
+
+    p = Path(path).expanduser()
+    if path == "tiny" or path in ALIASES or p.exists():
+        return
+    parent = p.parent if str(p.parent) not in ("", ".") else Path(".")
+    names = ["tiny", *ALIASES] + ([c.name for c in parent.iterdir() if c.is_dir()] if parent.is_dir() else [])
+    close = difflib.get_close_matches(p.name, names, n=1, cutoff=0.8)
+    if close:
+        guess = close[0] if close[0] in ("tiny", *ALIASES) else str(parent / close[0])
+        raise ConfigError(f"{key}: no model {path!r}; did you mean {guess!r}? (named models: tiny, "
+                          f"{', '.join(ALIASES)}; or a Hugging Face directory, a .gguf file, a hub id org/name)")
+    check_model_path(path, key)
+    reason = hub_unreachable(path)
+    if reason:
+        raise ConfigError(f"{key}: {path!r} is not a directory, and as a hub id it is not in the local Hugging Face "
+                          f"cache while {reason} (named models: tiny, {', '.join(ALIASES)})")
+
+
+def hub_unreachable(repo_id: str, timeout_s: float = 3.0) -> str | None:
+    """Why hub id ``repo_id`` cannot be fetched now (None when it is cached or the hub answers)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return None
+    except Exception:  # noqa: BLE001 - not a valid repo id: let from_pretrained say what is wrong
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+    except OSError:
+        return f"{host} cannot be reached (offline?)"
+    return None
+
+
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 320) -> Any:
     """Train a byte-level BPE (digits split one per token) and wrap it for ``transformers``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

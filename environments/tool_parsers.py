@@ -31,6 +31,7 @@ import json
 import re
 from typing import Any
 
+from agentrl.env import EnvError
 from environments.tools import TOOLS_PROMPT, ToolCallError, parse_tool_calls
 
 Call = dict[str, Any] | ToolCallError
@@ -172,5 +173,9 @@ PROMPTS = {
 def get_parser(name: str) -> Any:
     """The parser called ``name`` (one line naming the valid ones otherwise)."""
     if name not in PARSERS:
-        raise ValueError(f"unknown tool_parser {name!r}; valid: {', '.join(PARSERS)}")
+        from difflib import get_close_matches
+
+        close = get_close_matches(name, PARSERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise EnvError(f"env.kwargs.tool_parser: unknown tool_parser {name!r}{hint}; valid: {', '.join(PARSERS)}")
     return PARSERS[name]

@@ -41,6 +41,7 @@ from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics, write_samples
 from agentrl.training.experience import Experience
+from agentrl.training.failures import EnvFailures
 from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import apply_lora, is_lora, load_adapter, parameter_report, policy_weights
 from agentrl.training.metrics import rollout_metrics
@@ -62,6 +63,7 @@ class Trainer:
             raise ValueError("rollout.async with rollout.engine=vllm runs over Ray (cluster.mode=ray); here use hf")
         seed_everything(cfg.data.seed)
         self.run_dir = prepare_run_dir(run_dir_path(cfg, run_dir), resume=resume)  # runs never mix
+        self.failures = EnvFailures(self.run_dir, cfg.env.max_failure_rate)  # env errors: once each, then counted
         self.env = make_env(cfg)
         self.eval_env = make_env(cfg, cfg.env.eval_kwargs)
         self.model_path = resolve_model_path(cfg, self.env)
@@ -231,6 +233,8 @@ class Trainer:
         start = time.perf_counter()
         made = self.rollouts.next(self.version)  # produce() now, or the batch the rollout worker made ahead
         batch, trajs, metrics, self.tasks_state = made.batch, made.generated, dict(made.metrics), made.tasks_state
+        self.failures.observe(trajs)
+        self.failures.check()  # past env.max_failure_rate the run stops, in one line
         metrics["tasks/drawn"] = float(self.tasks_state["drawn"])  # tasks behind this batch, cumulative
         write_samples(self.run_dir, self.step_idx + 1, trajs, self.tokenizer, self.cfg.log)
         with t("experience"):
@@ -263,7 +267,8 @@ class Trainer:
         e = self.cfg.eval
         with torch.random.fork_rng():
             torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
-            metrics = evaluate(self.eval_executor, self.eval_tasks, eval_params(self.cfg), e.n_samples, e.k)
+            metrics = evaluate(self.eval_executor, self.eval_tasks, eval_params(self.cfg), e.n_samples, e.k,
+                               observe=lambda trajs: self.failures.observe(trajs, "evaluation"))
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     def fit(self) -> dict[str, Any]:

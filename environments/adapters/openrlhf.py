@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Coroutine
 from typing import Any
 
-from agentrl.env import EnvError
+from agentrl.env import EnvError, construct
 from agentrl.types import Task
 from environments.adapters.openrlhf_shim import install as install_shim
 from environments.sources import DatasetEnv, load_records
@@ -145,4 +145,4 @@ def make_env(rest: str, **kwargs: Any) -> OpenRLHFAgentEnv:
         raise EnvError(f"openrlhf:{rest}: expected openrlhf:path/to/agent_func.py")
     if "dataset" not in kwargs:
         raise EnvError("openrlhf env needs env.kwargs.dataset: a JSONL or parquet file of prompts and labels")
-    return OpenRLHFAgentEnv(rest, **kwargs)
+    return construct(OpenRLHFAgentEnv, f"openrlhf:{rest}", rest, **kwargs)

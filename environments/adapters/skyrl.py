@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.env import EnvError
+from agentrl.env import EnvError, construct
 from agentrl.types import Task
-from environments.sources import DatasetEnv, load_records
-from rewards.registry import load_object
+from environments.sources import DatasetEnv, load_records, load_user_object
 
 
 class SkyRLEnv(DatasetEnv):
@@ -31,7 +30,7 @@ class SkyRLEnv(DatasetEnv):
                  max_turns: int = 1, split: str = "train", limit: int | None = None,
                  render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
-        self.env_cls = load_object(env_class)
+        self.env_cls = load_user_object(env_class, "skyrl")
         self.env_config = dict(env_config or {})
         self.max_turns = max_turns
         rows = load_records(dataset, split)
@@ -77,4 +76,4 @@ def make_env(rest: str, **kwargs: Any) -> SkyRLEnv:
     """``skyrl:module:Class`` or ``skyrl:FILE.py:Class`` with ``dataset`` (and ``env_config``) kwargs."""
     if "dataset" not in kwargs:
         raise EnvError("skyrl env needs env.kwargs.dataset: a JSONL or parquet file of SkyRL rows")
-    return SkyRLEnv(rest, **kwargs)
+    return construct(SkyRLEnv, f"skyrl:{rest}", rest, **kwargs)
