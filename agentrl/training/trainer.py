@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -32,16 +33,17 @@ from agentrl.algorithms import (
 )
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
+from agentrl.evaluation.held_out import held_out_warning
 from agentrl.evaluation.metrics import eval_params, evaluate
 from agentrl.models import load_policy
 from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
+from agentrl.rollout.failures import EnvFailures
 from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics, write_samples
 from agentrl.training.experience import Experience
-from agentrl.training.failures import EnvFailures
 from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import apply_lora, is_lora, load_adapter, parameter_report, policy_weights
 from agentrl.training.metrics import rollout_metrics
@@ -81,6 +83,8 @@ class Trainer:
                        if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
+        if warning := held_out_warning(cfg.env.id, self.env, self.eval_tasks, cfg.env.eval_kwargs):
+            print(warning, file=sys.stderr, flush=True)  # evaluation on training data: said, not hidden
         self.learner = self.build_learner()
         a = cfg.algo
         self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
@@ -199,7 +203,8 @@ class Trainer:
     def offpolicy_metrics(self, exp: Experience) -> dict[str, float]:
         """``staleness/*`` (policy versions behind the learner) and ``mismatch/*`` (engine vs learner
         log-probs, the correction's weights) of the batch."""
-        out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, self.version)
+        out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, self.version,
+                                                                self.cfg.rollout.max_staleness)
         if exp.old_logprobs is not None and exp.engine_logprobs is not None:
             a = self.cfg.algo
             w = correction_weights(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, tis_cap=a.tis_cap,

@@ -34,7 +34,7 @@ batch continuously: every episode whose env has answered goes back to the engine
 ``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
 a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True``, the
 error in ``info["error"]`` and its traceback in ``info["traceback"]`` (the trainer shows each distinct
-error once: ``agentrl.training.failures``). ``info["action_versions"]`` holds the policy version of each
+error once: ``agentrl.rollout.failures``). ``info["action_versions"]`` holds the policy version of each
 turn's engine (``engine.version``, asynchronous runs), when it has one.
 """
 
