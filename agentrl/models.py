@@ -103,6 +103,7 @@ def convert_gguf(gguf: str | Path) -> Path:
     out = cache_dir() / "models" / f"{gguf.stem}-{key}"
     if (out / "config.json").exists():
         return out
+    quiet_library_output()
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     config = loaded.config.to_dict()
@@ -227,6 +228,7 @@ def tiny_model_dir(corpus: list[str], **arch: Any) -> Path:
     key = hashlib.sha256(json.dumps([sorted(arch.items()), corpus], default=str).encode()).hexdigest()[:16]
     path = cache_dir() / "models" / f"tiny-{key}"
     if not (path / "config.json").exists():
+        quiet_library_output()
         path.parent.mkdir(parents=True, exist_ok=True)
         build_tiny_model(path, corpus, **arch)
     return path
