@@ -104,3 +104,17 @@ def test_every_agentrl_command_parses_and_its_config_loads(doc: Path, tmp_path: 
         monkeypatch.chdir(ROOT)
         kwargs = {"cls": cls} if cls else {}
         load_config(path, args.overrides, **kwargs)  # a placeholder (CONFIG) checks the overrides alone
+
+
+def test_bench_readme_is_a_current_results_page() -> None:
+    """bench/README.md: one section per benchmark, each with its command, its date and a table (the
+    history of how the numbers were reached stays in git)."""
+    text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(sections) >= 8 and len(text.splitlines()) < 350
+    for section in sections:
+        title = section.splitlines()[0]
+        assert re.search(r"`(python bench/|flock |make )[^`]*`", section), f"{title}: no command"
+        assert re.search(r"20\d\d-\d\d-\d\d", section), f"{title}: no date"
+        assert re.search(r"^\|.*\|\n\|[-:| ]+\|$", section, re.M), f"{title}: no table"
+        assert not title.lower().startswith(("issue", "what ", "results after")), f"{title}: a diary entry"
