@@ -334,3 +334,43 @@ def test_evaluation_on_training_rows_is_a_loud_warning(tmp_path: Path) -> None:
     assert held_out_warning(split.env.id, make_env(split), eval_tasks, {}).startswith("WARNING: 15 of 20")
     procedural = load_config(None, [])
     assert held_out_warning("a", make_env(procedural), fixed_tasks(make_env(procedural), 8, 0), {}) is None
+
+
+# ------------------------------------------------------------------ 10: eval writes beside the run, never over
+def test_eval_of_a_run_writes_into_its_directory_and_never_overwrites(tmp_path: Path, newcomer_envs: None,
+                                                                     capsys) -> None:
+    from agentrl.training.trainer import Trainer
+
+    run = tmp_path / "run"
+    cfg = load_config(None, ["env.id=newcomer_envs:GuessEnv", "model.warm_start.enabled=false", "learner.total_steps=1",
+                             "rollout.max_new_tokens=2", "checkpoint.every=1", *FAST, *TINY])
+    Trainer(cfg, run_dir=run).fit()
+    capsys.readouterr()
+    written = []
+    for _ in range(2):
+        assert main(["eval", "--model", str(run), "data.eval_tasks=4"]) == 0
+        err = capsys.readouterr().err
+        written.append(Path(re.search(r"agentrl eval: wrote (\S+)", err).group(1)))
+    assert written[0] != written[1] and all(p.is_file() for p in written)
+    assert all(p.parent.parent == run / "evals" and p.parent.name.startswith("step_000001-") for p in written)
+    assert not Path("eval_out").exists()
+
+
+# ------------------------------------------------------------------ 11: a run's output is what the user asked for
+@pytest.mark.slow  # a subprocess that builds its tiny model afresh and saves a checkpoint
+def test_a_run_prints_no_library_noise_but_still_its_warnings(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}  # as a user's shell has it
+    env.update(AGENTRL_CACHE=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    done = subprocess.run([sys.executable, "-m", "agentrl.cli", "train", str(ROOT / "examples/configs/cpu_demo.yaml"),
+                           "env.id=newcomer_envs:ForgotMaxTurnsEnv", "model.warm_start.enabled=false",
+                           "learner.total_steps=1", "rollout.max_new_tokens=2", "--run-dir", str(tmp_path / "run"),
+                           *FAST, *TINY, "checkpoint.save_final=true"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "Writing model shards" not in out and "Setting accelerator to CPU" not in out, out[-3000:]
+    assert "ForgotMaxTurnsEnv.max_turns is 1" in done.stderr  # our warnings still show
+    assert (tmp_path / "run" / "checkpoints").is_dir() and "held-out accuracy" in done.stdout

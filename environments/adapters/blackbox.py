@@ -8,8 +8,11 @@ every completion token-exact and stitches them into one trajectory, the agent's 
 as feedback. The reward is ``reward(str(result), task)``: any reward name, ``module:function`` or
 ``FILE.py:FUNCTION`` (ours, or an OpenRLHF / verl / TRL reward function; default ``math``).
 
-Tasks come from ``dataset`` (JSONL or parquet; ``prompt_key`` / ``label_key``, default
-``prompt`` / ``label``). ``concurrency`` agents run at once and share the endpoint.
+Tasks come from ``dataset`` (JSONL or parquet), one per row: the ``prompt_key`` field (default
+``prompt``) is ``task["prompt"]``, the ``label_key`` field (default ``label``) ``task["answer"]``, every
+other field ``task["metadata"]``; ``task["id"]`` is ``agent-<row>``. Held-out data: ``{split}`` in the
+path becomes the split, or ``env.eval_kwargs: {dataset: ...}``; evaluation on the training rows is
+warned about. ``concurrency`` agents run at once and share the endpoint.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ The class is a SkyRL-gym ``BaseTextEnv`` used unchanged: for every episode it is
 "reward", "done", "metadata"}``. Multi-turn: the observations (chat messages) of a step that is
 not done are the next turn's feedback (their contents joined; the role of the first is the
 feedback role). The episode's reward is the sum of the step rewards. ``env_config`` comes from
-``env.kwargs.env_config``; rows from ``env.kwargs.dataset`` (JSONL or parquet). Needs the
-optional extra ``skyrl-gym``.
+``env.kwargs.env_config``; rows from ``env.kwargs.dataset`` (JSONL or parquet). Held-out data:
+``{split}`` in the dataset path becomes the split (``env.eval_kwargs`` sets ``split: test``), or give
+``env.eval_kwargs: {dataset: test.jsonl}``; a path without ``{split}`` reads the training rows for
+evaluation too, and the run says so in a warning. Needs the optional extra ``skyrl-gym``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Each row is a verl RL record: ``prompt`` (chat messages), ``reward_model.ground_
 task's answer), ``data_source`` and ``extra_info`` (kept in the task's metadata, so a verl
 ``compute_score`` given as ``reward.fn: FILE.py:compute_score`` receives them). Without
 ``reward.fn`` the answer is checked by agentrl's math verifier (``reward=NAME`` picks another
-registered reward). ``{split}`` in the path is replaced by the split name; parquet needs pyarrow,
-JSONL works too.
+registered reward). ``{split}`` in the path is replaced by the split name (held-out data: ``verl:
+data/{split}.parquet`` evaluates on ``data/test.parquet``; a path without it evaluates on the training
+rows, with a warning); parquet needs pyarrow, JSONL works too.
 """
 
 from __future__ import annotations
