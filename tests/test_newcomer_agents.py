@@ -9,7 +9,6 @@ kwargs, tool parsers, model names, evaluation on training rows) are one line eac
 from __future__ import annotations
 
 import json
-import logging
 import re
 import sys
 from pathlib import Path
@@ -232,14 +231,16 @@ def test_env_failures_counts_by_error_and_where(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ 4: a forgotten max_turns
-def test_forgotten_max_turns_warns_once_and_reports_max_turns(tmp_path: Path, newcomer_envs: None, caplog) -> None:
+def test_forgotten_max_turns_warns_once_and_reports_max_turns(tmp_path: Path, newcomer_envs: None, capsys) -> None:
+    from agentrl.rollout.executors import single_turn
     from agentrl.training.trainer import Trainer
 
-    caplog.set_level(logging.WARNING, logger="agentrl.rollout.executors.single_turn")
+    single_turn._warned_turns.discard("ForgotMaxTurnsEnv")  # once per process: this test may not be its first run
     cfg = load_config(None, ["env.id=newcomer_envs:ForgotMaxTurnsEnv", "model.warm_start.enabled=false",
                              "learner.total_steps=2", "rollout.max_new_tokens=2", *FAST, *TINY])
     Trainer(cfg, run_dir=tmp_path).fit()
-    warnings = [r.getMessage() for r in caplog.records if "ForgotMaxTurnsEnv" in r.getMessage()]
+    warnings = [x for x in capsys.readouterr().err.splitlines() if "ForgotMaxTurnsEnv" in x]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: env ForgotMaxTurnsEnv:")
     assert len(warnings) == 1 and "returned terminated=False with feedback" in warnings[0]
     assert "ForgotMaxTurnsEnv.max_turns is 1" in warnings[0] and "set max_turns > 1" in warnings[0]
     steps = [r for r in read_metrics(tmp_path) if "reward/mean" in r]
@@ -265,15 +266,16 @@ def test_a_single_turn_episode_the_env_did_not_end_ends_by_max_turns(newcomer_en
 
 
 # ------------------------------------------------------------------ 6: dict overrides and adapter kwargs
-def test_a_dict_override_replaces_and_a_new_env_id_drops_the_old_kwargs(caplog) -> None:
+def test_a_dict_override_replaces_and_a_new_env_id_drops_the_old_kwargs(capsys) -> None:
     demo = ROOT / "examples" / "configs" / "cpu_demo.yaml"
     cfg = load_config(demo, [f"env.id=openrlhf:{AGENT_FILE}", "env.kwargs={dataset: prompts.jsonl}"])
     assert cfg.env.kwargs == {"dataset": "prompts.jsonl"}
     assert load_config(demo, ["env.kwargs.digits=3"]).env.kwargs["operators"] == "+"  # dotted keys merge
-    caplog.set_level(logging.WARNING, logger="agentrl.config.loading")
+    capsys.readouterr()
     cfg = load_config(demo, ["env.id=agentrl/GSM8K-v0"])
-    assert cfg.env.kwargs == {} and len(caplog.records) == 1
-    message = caplog.records[0].getMessage()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert cfg.env.kwargs == {} and len(lines) == 1
+    message = lines[0]
     assert "env.id changed from agentrl/Arithmetic-v0 (the config) to agentrl/GSM8K-v0" in message
     assert "env.kwargs={'digits': 2" in message and "are dropped" in message
 
@@ -374,3 +376,36 @@ def test_a_run_prints_no_library_noise_but_still_its_warnings(tmp_path: Path) ->
     assert "Writing model shards" not in out and "Setting accelerator to CPU" not in out, out[-3000:]
     assert "ForgotMaxTurnsEnv.max_turns is 1" in done.stderr  # our warnings still show
     assert (tmp_path / "run" / "checkpoints").is_dir() and "held-out accuracy" in done.stdout
+
+
+# ------------------------------------------------------------------ 2: the tool envs' reference policy
+@pytest.mark.parametrize("parser", ["hermes", "qwen3_coder", "llama3_json", "pythonic"])
+def test_calculator_reference_policy_calls_the_tool_in_its_format_then_answers(parser: str) -> None:
+    import agentrl
+    from agentrl.env import has_reference_policy, reference_episode
+    from environments.tool_parsers import get_parser, render_call
+
+    args = {"expression": "(48 + 24) / 3", "n": 2}
+    assert get_parser(parser)(render_call(parser, "calculator", args), {}) == [{"name": "calculator", "arguments": args}]
+    env = agentrl.make("agentrl/CalculatorMath-v0", tool_parser=parser)
+    assert has_reference_policy(env)
+    natalia = env.tasks[0]  # GSM8K: "Natalia sold 48/2 = <<48/2=24>>24 clips ... <<48+24=72>>72"
+    texts, reward = reference_episode(env, natalia)
+    assert reward == 1.0 and len(texts) == 4 and texts[1] == "<tool_response>\n72\n</tool_response>"
+    assert get_parser(parser)(texts[0], {}) == [{"name": "calculator", "arguments": {"expression": "48+24"}}]
+    assert texts[2] == "The final answer is $\\boxed{72}$."
+    called = [reference_episode(env, t) for t in env.tasks[:50]]
+    assert all(r == 1.0 for _, r in called) and sum(len(x) == 4 for x, _ in called) >= 40  # most tasks call it
+
+
+def test_python_tool_reference_policy_prints_the_calculation() -> None:
+    import agentrl
+    from agentrl.env import reference_episode
+
+    env = agentrl.make("agentrl/PythonToolMath-v0", base="agentrl/Arithmetic-v0")
+    try:
+        task = env.sample_task(__import__("numpy").random.default_rng(3))
+        texts, reward = reference_episode(env, task)
+        assert reward == 1.0 and f"print({task.metadata['expr']})" in texts[0] and texts[2] == task.answer
+    finally:
+        env.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
-import logging
+import sys
 import types
 import typing
 from pathlib import Path
@@ -17,8 +17,6 @@ from typing import Any
 import yaml
 
 from agentrl.config.sections import RunConfig
-
-log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -177,9 +175,9 @@ def drop_old_env_kwargs(data: dict[str, Any], overrides: dict[str, Any]) -> dict
     dropped = {k: env[k] for k in ENV_KWARGS if env.get(k) and k not in new}
     if not dropped:
         return data
-    log.warning("env.id changed from %s (the config) to %s (the command line): the config's %s were for %s and "
-                "are dropped; give them for the new env on the command line (e.g. 'env.kwargs={...}')",
-                env.get("id"), new["id"], ", ".join(f"env.{k}={v}" for k, v in dropped.items()), env.get("id"))
+    print(f"warning: env.id changed from {env.get('id')} (the config) to {new['id']} (the command line): the config's "
+          + ", ".join(f"env.{k}={v}" for k, v in dropped.items()) + f" were for {env.get('id')} and are dropped; give "
+          "them for the new env on the command line (e.g. 'env.kwargs={...}')", file=sys.stderr, flush=True)
     return {**data, "env": {k: v for k, v in env.items() if k not in dropped}}
 
 

@@ -24,7 +24,7 @@ from agentrl.evaluation.metrics import evaluate
 from agentrl.models import cache_dir, cache_tmp, publish
 from agentrl.rollout.build import make_executor, sampling_params
 from agentrl.rollout.engines.hf import HFEngine
-from agentrl.rollout.env_pool import failure_info
+from agentrl.rollout.env_pool import clone_env, failure_info
 from agentrl.rollout.executors import encode_prompt
 from agentrl.training.supervised import train_sft
 from agentrl.types import Task
@@ -114,10 +114,11 @@ def reference_problem(env: TextEnv, seed: int, probes: int = 3, tokenizer: Any =
     with a ``tokenizer``, fit in ``max_new_tokens`` with its EOS (a longer one could never be finished,
     so no dev task could be solved)."""
     multi = getattr(env, "max_turns", 1) > 1
+    probe = clone_env(env) if multi else env  # a reference episode may start tools: they go with the copy
     try:
         for task in fixed_tasks(env, probes, seed):
             if multi:
-                texts, reward = reference_episode(env, task)
+                texts, reward = reference_episode(probe, task)
                 actions = texts[::2]
             else:
                 env.reset(options={"task": task})
@@ -135,6 +136,9 @@ def reference_problem(env: TextEnv, seed: int, probes: int = 3, tokenizer: Any =
         where = failure_info(e)["error_at"]
         call = "reference_action()/step()" if multi else "reference_answer()/step()"
         return f"{call} raised {type(e).__name__}: {e}" + (f" at {where}" if where else "")
+    finally:
+        if probe is not env:
+            probe.close()
     return None
 
 

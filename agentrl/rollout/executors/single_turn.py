@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -34,9 +35,9 @@ def warn_forgotten_max_turns(env: Any, observation: Any) -> None:
         return
     _warned_turns.add(name)
     shown = str(observation)[:60]
-    log.warning("env %s: step returned terminated=False%s, but %s.max_turns is %s, so every episode ends "
-                "after one turn (end reason max_turns); set max_turns > 1 on the class for a multi-turn env",
-                name, f" with feedback {shown!r}" if shown else "", name, getattr(env, "max_turns", 1))
+    print(f"warning: env {name}: step returned terminated=False" + (f" with feedback {shown!r}" if shown else "")
+          + f", but {name}.max_turns is {getattr(env, 'max_turns', 1)}, so every episode ends after one turn (end "
+          f"reason max_turns); set max_turns > 1 on the class for a multi-turn env", file=sys.stderr, flush=True)
 
 
 def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]], chat_template: bool) -> list[int]:
