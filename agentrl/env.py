@@ -8,6 +8,8 @@ cannot verify, so the learner asks a reward model) and named parts in ``info["re
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import sys
 from typing import Any
 
@@ -110,7 +112,10 @@ def reference_episode(env: TextEnv, task: Task) -> tuple[list[str], float]:
     total = 0.0
     for _ in range(max(1, int(getattr(env, "max_turns", 1)))):
         action = env.reference_action()
-        obs, reward, terminated, truncated, _ = env.step(action)
+        out = env.step(action)
+        if inspect.isawaitable(out):  # an ``async def step``
+            out = asyncio.run(out)
+        obs, reward, terminated, truncated, _ = out
         texts += [action, str(obs)]
         total += float(reward)
         if terminated or truncated:

@@ -58,7 +58,8 @@ def test_custom_env_without_pythonpath_names_the_fix(capsys, tmp_path, monkeypat
 
 
 def test_wrong_class_name_lists_the_env_classes(capsys, tmp_path, on_path):
-    code, err = run_cli(capsys, "train", CONFIG, "env.id=reverse_env:ReverseEnvv", "--run-dir", str(tmp_path / "r"))
+    code, err = run_cli(capsys, "train", CONFIG, "env.id=reverse_env:ReverseEnvv", "env.kwargs.min_len=3",
+                        "--run-dir", str(tmp_path / "r"))
     line = one_line(err)
     assert code == 2 and "has no class 'ReverseEnvv'" in line and "env classes there: ReverseEnv" in line
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from agentrl.config.sections import RunConfig
+from agentrl.config.sections import EnvConfig, RunConfig
 
 
 class ConfigError(ValueError):
@@ -172,7 +172,8 @@ def drop_old_env_kwargs(data: dict[str, Any], overrides: dict[str, Any]) -> dict
     env, new = data.get("env"), overrides.get("env")
     if not isinstance(env, dict) or not isinstance(new, dict) or "id" not in new or new["id"] == env.get("id"):
         return data
-    dropped = {k: env[k] for k in ENV_KWARGS if env.get(k) and k not in new}
+    defaults = EnvConfig()
+    dropped = {k: env[k] for k in ENV_KWARGS if k in env and k not in new and env[k] != getattr(defaults, k)}
     if not dropped:
         return data
     print(f"warning: env.id changed from {env.get('id')} (the config) to {new['id']} (the command line): the config's "

@@ -25,7 +25,7 @@ from agentrl.models import cache_dir, cache_tmp, publish
 from agentrl.rollout.build import make_executor, sampling_params
 from agentrl.rollout.engines.hf import HFEngine
 from agentrl.rollout.env_pool import clone_env, failure_info
-from agentrl.rollout.executors import encode_prompt
+from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
 from agentrl.training.supervised import train_sft
 from agentrl.types import Task
 
@@ -50,7 +50,9 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
     train_tasks = fixed_tasks(env, ws.examples, cfg.data.seed + 1)
     engine = HFEngine(model, tokenizer)
     examples = reference_examples(cfg, env, engine, tokenizer, train_tasks, log)
-    dev_exec = make_executor(cfg, dev_env, engine, tokenizer)  # the executor RL uses: single- or multi-turn
+    dev_exec = (make_executor(cfg, dev_env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1  # as RL runs it
+                else SingleTurnExecutor(dev_env, engine, tokenizer, sampling_params(cfg, True),
+                                        chat_template=cfg.rollout.chat_template))
     dev_tasks = fixed_tasks(dev_env, ws.eval_tasks, cfg.data.seed + 2)
     if held_out:
         seen = {t.id for t in train_tasks}
@@ -90,8 +92,8 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
     Multi-turn with a reference policy: its episodes, rolled out by the executor RL uses, so that actions
     and feedback have the token boundaries RL will see (feedback masked out of the loss); failed episodes
     are left out. Multi-turn without one: the first turn's reference answer."""
-    executor = make_executor(cfg, env, engine, tokenizer)
-    if getattr(env, "max_turns", 1) > 1 and has_reference_policy(env) and hasattr(executor, "run_scripted"):
+    executor = make_executor(cfg, env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1 else None
+    if has_reference_policy(env) and hasattr(executor, "run_scripted"):
         episodes = executor.run_scripted(tasks, lambda e: e.reference_action())
         kept = [t for t in episodes if not t.info.get("failed")]
         if not kept:
