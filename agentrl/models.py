@@ -34,16 +34,20 @@ def _not_cpu_notice(record: Any) -> bool:
 
 def quiet_library_output() -> None:
     """Keep a run's output to what the user asked for: DeepSpeed's "Setting accelerator to CPU" notice
-    (printed whenever accelerate imports it on a machine without a GPU) is dropped, and transformers'
-    own progress bars ("Writing model shards", "Loading checkpoint shards") are off. Every other
-    message, warnings and errors included, still shows; hub download bars are untouched."""
+    (printed whenever accelerate imports it on a machine without a GPU) and the FutureWarning of the
+    torch collective DeepSpeed calls (``all_gather_into_tensor``) are dropped, and transformers' own
+    progress bars ("Writing model shards", "Loading weights") are off. Every other message, warnings
+    and errors included, still shows; hub download bars are untouched. Called by the CLI, when models
+    are built or loaded, and in every Ray worker."""
     import logging
+    import warnings
 
     from transformers.utils import logging as hf_logging
 
     ds = logging.getLogger("DeepSpeed")  # DeepSpeed configures this logger when imported and keeps our filter
     if _not_cpu_notice not in ds.filters:
         ds.addFilter(_not_cpu_notice)
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning)
     hf_logging.disable_progress_bar()
 
 

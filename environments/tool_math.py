@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import re
 from fractions import Fraction
 from typing import Any
@@ -154,13 +155,13 @@ class CalculatorMathEnv(ToolEnv):
     def __init__(self, base: str = "agentrl/GSM8K-v0", max_tool_calls: int = 4, max_turns: int | None = None,
                  tools_prompt: str | None = None, render_mode: str | None = None, tool_parser: str = "hermes",
                  **base_kwargs: Any) -> None:
-        from environments.tool_parsers import PROMPTS, get_parser
+        from environments.tool_parsers import PROMPTS, get_parser, render_call
 
         parse = get_parser(tool_parser)
         super().__init__(agentrl.make(base, **base_kwargs), [Calculator()], max_tool_calls=max_tool_calls,
                          max_turns=max_turns, tools_prompt=tools_prompt or PROMPTS[tool_parser],
                          render_mode=render_mode, parse=None if tool_parser == "hermes" else parse)
-        self.tool_format = tool_parser
+        self.render_call = functools.partial(render_call, tool_parser)
 
     def reference_call(self, task: Any) -> tuple[str, dict[str, Any]] | None:
         expression = task_calculation(task)

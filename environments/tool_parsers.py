@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from agentrl.env import EnvError
-from environments.tools import TOOLS_PROMPT, ToolCallError, parse_tool_calls
+from environments.tools import TOOLS_PROMPT, ToolCallError, hermes_call, parse_tool_calls
 
 Call = dict[str, Any] | ToolCallError
 _FORMAT_LINE = "For each function call, return a json object"
@@ -174,7 +174,7 @@ def render_call(fmt: str, name: str, arguments: dict[str, Any]) -> str:
     """One call of tool ``name`` written in format ``fmt`` (what the parser of that name reads back):
     the reference policy of tool envs writes its calls with it."""
     if fmt == "hermes":
-        return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+        return hermes_call(name, arguments)
     if fmt == "qwen3_coder":
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
                          for k, v in arguments.items())

@@ -123,6 +123,11 @@ def check_arguments(tool: Tool, args: dict[str, Any]) -> None:
             raise ToolCallError(f"argument {k!r} of {tool.name!r} must be of type {props[k]['type']}")
 
 
+def hermes_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call of tool ``name`` in the Hermes format :func:`parse_tool_calls` reads."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
 def tools_text(tools: list[Tool], template: str = TOOLS_PROMPT) -> str:
     """The tools' description for the system message: ``template`` with ``{schemas}`` filled in."""
     return template.replace("{schemas}", "\n".join(json.dumps(t.schema()) for t in tools))
@@ -158,7 +163,7 @@ class ToolEnv(TextEnv):
         if inner_tasks is not None:
             self.tasks = [self.with_tools(t) for t in inner_tasks]
         self.calls = self.turn = 0
-        self.tool_format = "hermes"  # how reference calls are written (environments.tool_parsers.render_call)
+        self.render_call = hermes_call  # how reference calls are written (another format: tool_parsers.render_call)
 
     def reference_call(self, task: Task) -> tuple[str, dict[str, Any]] | None:
         """The (tool name, arguments) of a correct call for ``task``, or None (then the reference policy
@@ -170,11 +175,7 @@ class ToolEnv(TextEnv):
         if self.task is None:
             raise RuntimeError("call reset() before reference_action()")
         call = self.reference_call(self.task) if self.calls == 0 else None
-        if call is None:
-            return self.inner.reference_answer(self.task)
-        from environments.tool_parsers import render_call
-
-        return render_call(self.tool_format, *call)
+        return self.inner.reference_answer(self.task) if call is None else self.render_call(*call)
 
     def with_tools(self, task: Task) -> Task:
         """The inner task with the tools' description added to its prompt."""
