@@ -4,7 +4,6 @@ generalisation. Training and ``agentrl eval`` both check."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agentrl.types import Task
@@ -18,7 +17,7 @@ def training_overlap(train_env: Any, eval_tasks: list[Task]) -> int:
         return 0
 
     def key(t: Task) -> str:
-        return json.dumps([t.prompt, t.answer], sort_keys=True, default=str)
+        return repr((t.prompt, t.answer))  # prompts are text or messages built in one order: repr is exact
 
     seen = {key(t) for t in dataset}
     return sum(key(t) in seen for t in eval_tasks)
