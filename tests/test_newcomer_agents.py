@@ -72,6 +72,10 @@ def test_readme_guess_env_compares_numbers_resets_and_its_reference_always_wins(
     env.reset(options={"task": Task("g", "Guess", 10)})
     assert env.step("9")[0] == "higher" and env.step("11")[0] == "lower"  # 9 < 10 as numbers, not strings
     assert env.step("10")[1:3] == (1.0, True)
+    for garbage, hint in (("\x1c0", "higher"), ("²", "a number, please"), ("-3", "a number, please"),
+                          ("ten", "a number, please"), ("", "a number, please")):  # never an error
+        env.reset(options={"task": Task("g", "Guess", 10)})
+        assert env.step(garbage)[:3] == (hint, 0.0, False)
     env.reset(options={"task": Task("g", "Guess", 10)})
     assert (env.low, env.high) == (1, 100)  # the episode's state starts afresh
     for n in range(1, 101):  # binary search finds every number within max_turns
