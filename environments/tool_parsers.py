@@ -12,7 +12,8 @@
       </function>
       </tool_call>
 
-  a parameter whose schema type is ``string`` is kept as text, others are read as JSON;
+  a parameter whose schema type is ``string`` is kept as text (less the newline after its opening
+  tag and the one before its closing tag), others are read as JSON;
 - ``llama3_json`` (Llama 3.1-3.3): the whole reply is ``{"name": ..., "parameters": {...}}``,
   optionally after ``<|python_tag|>``, several separated by ``;``;
 - ``pythonic`` (Llama 3.2/4, some tool-use fine-tunes): the whole reply is a Python list of calls
@@ -31,7 +32,8 @@ import json
 import re
 from typing import Any
 
-from environments.tools import TOOLS_PROMPT, ToolCallError, parse_tool_calls
+from agentrl.env import EnvError
+from environments.tools import TOOLS_PROMPT, ToolCallError, hermes_call, parse_tool_calls
 
 Call = dict[str, Any] | ToolCallError
 _FORMAT_LINE = "For each function call, return a json object"
@@ -84,7 +86,8 @@ def parse_qwen3_coder(action: str, schemas: dict[str, dict[str, Any]] | None = N
                 if not pclosed:
                     bad = ToolCallError(f"<parameter={pname}> of {name!r} is not closed with </parameter>")
                     break
-                value = raw.strip("\n")
+                value = raw[1:] if raw.startswith("\n") else raw  # the one newline after the tag and the one
+                value = value[:-1] if value.endswith("\n") else value  # before </parameter>, not the value's own
                 if props.get(pname, {}).get("type") != "string":
                     try:
                         value = json.loads(value)
@@ -169,8 +172,36 @@ PROMPTS = {
 }
 
 
+def render_call(fmt: str, name: str, arguments: dict[str, Any]) -> str:
+    """One call of tool ``name`` written in format ``fmt`` (what the parser of that name reads back):
+    the reference policy of tool envs writes its calls with it."""
+    if fmt == "hermes":
+        return hermes_call(name, arguments)
+    if fmt == "qwen3_coder":
+        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+                         for k, v in arguments.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if fmt == "llama3_json":
+        return json.dumps({"name": name, "parameters": arguments})
+    if fmt == "pythonic":
+        return f"[{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")]"
+    raise EnvError(f"unknown tool_parser {fmt!r}; valid: {', '.join(PARSERS)}")
+
+
+def render_calls(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """Several calls ``(tool, arguments)`` in one action of format ``fmt`` (reference actions and scripted
+    policies); the parser of that format reads them back in order."""
+    if fmt == "pythonic":  # one list of calls
+        return "[" + ", ".join(render_call(fmt, n, a)[1:-1] for n, a in calls) + "]"
+    return ("; " if fmt == "llama3_json" else "\n").join(render_call(fmt, n, a) for n, a in calls)
+
+
 def get_parser(name: str) -> Any:
     """The parser called ``name`` (one line naming the valid ones otherwise)."""
     if name not in PARSERS:
-        raise ValueError(f"unknown tool_parser {name!r}; valid: {', '.join(PARSERS)}")
+        from difflib import get_close_matches
+
+        close = get_close_matches(name, PARSERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise EnvError(f"env.kwargs.tool_parser: unknown tool_parser {name!r}{hint}; valid: {', '.join(PARSERS)}")
     return PARSERS[name]

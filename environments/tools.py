@@ -8,6 +8,12 @@ in its ``<tool_response>`` and counts as a call. After ``max_tool_calls`` calls 
 refused with a message saying so. An action without a tool call is the final answer: the inner
 env scores it and the episode ends. ``max_turns`` (default ``max_tool_calls + 1``) ends an
 episode that never answers (``truncated=True``, reward 0).
+Each step's ``info["calls"]`` lists that turn's calls (``name``, ``arguments``, ``result``,
+``error``); the multi-turn executor keeps them on the trajectory (``info["tool_calls"]``).
+
+The reference policy (``reference_action``, the multi-turn warm start's teacher) makes one correct
+call when :meth:`ToolEnv.reference_call` gives one for the task, then answers with the inner env's
+reference answer.
 
 A tool is a small class: ``name``, ``description``, JSON-schema ``parameters`` and
 ``__call__(**arguments) -> str``; ``reset()`` clears per-episode state and ``close()`` frees
@@ -119,6 +125,11 @@ def check_arguments(tool: Tool, args: dict[str, Any]) -> None:
             raise ToolCallError(f"argument {k!r} of {tool.name!r} must be of type {props[k]['type']}")
 
 
+def hermes_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call of tool ``name`` in the Hermes format :func:`parse_tool_calls` reads."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
 def tools_text(tools: list[Tool], template: str = TOOLS_PROMPT) -> str:
     """The tools' description for the system message: ``template`` with ``{schemas}`` filled in."""
     return template.replace("{schemas}", "\n".join(json.dumps(t.schema()) for t in tools))
@@ -154,6 +165,19 @@ class ToolEnv(TextEnv):
         if inner_tasks is not None:
             self.tasks = [self.with_tools(t) for t in inner_tasks]
         self.calls = self.turn = 0
+        self.render_call = hermes_call  # how reference calls are written (another format: tool_parsers.render_call)
+
+    def reference_call(self, task: Task) -> tuple[str, dict[str, Any]] | None:
+        """The (tool name, arguments) of a correct call for ``task``, or None (then the reference policy
+        answers at once). Tool envs that know how their tool solves a task override it."""
+        return None
+
+    def reference_action(self) -> str:
+        """One correct tool call first (when :meth:`reference_call` gives one), then the final answer."""
+        if self.task is None:
+            raise RuntimeError("call reset() before reference_action()")
+        call = self.reference_call(self.task) if self.calls == 0 else None
+        return self.inner.reference_answer(self.task) if call is None else self.render_call(*call)
 
     def with_tools(self, task: Task) -> Task:
         """The inner task with the tools' description added to its prompt."""
@@ -192,18 +216,31 @@ class ToolEnv(TextEnv):
                     **result.info}
             self._last_obs = ""
             return "", float(result.score), True, False, info
-        responses = [self.run_call(c) for c in calls]
-        obs = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)
+        records = [self.record_call(c) for c in calls]
+        obs = "\n".join(f"<tool_response>\n{r['result']}\n</tool_response>" for r in records)
         self._last_obs = obs
         truncated = self.turn >= self.max_turns
-        info = {"reward_components": {"correct": 0.0}, "verified": True, "tool_calls": self.calls}
+        info = {"reward_components": {"correct": 0.0}, "verified": True, "tool_calls": self.calls, "calls": records}
         return obs, 0.0, False, truncated, info
+
+    def record_call(self, call: dict[str, Any] | ToolCallError) -> dict[str, Any]:
+        """Run one call: ``{"name", "arguments", "result", "error"}`` (``error``: None when the tool ran and
+        returned), as a step's ``info["calls"]`` lists them (the executor keeps them on the trajectory)."""
+        result, error = self._run(call)
+        if isinstance(call, ToolCallError):
+            return {"name": None, "arguments": None, "result": result, "error": error}
+        return {"name": call["name"], "arguments": call["arguments"], "result": result, "error": error}
 
     def run_call(self, call: dict[str, Any] | ToolCallError) -> str:
         """The text returned for one call (its result, or an error message for the policy)."""
+        return self._run(call)[0]
+
+    def _run(self, call: dict[str, Any] | ToolCallError) -> tuple[str, str | None]:
+        """(text for the policy, the error or None) of one call; every call counts against the limit."""
         self.calls += 1
         if self.calls > self.max_tool_calls:
-            return f"Error: the limit of {self.max_tool_calls} tool calls is reached; give your final answer now."
+            error = f"the limit of {self.max_tool_calls} tool calls is reached; give your final answer now."
+            return f"Error: {error}", error
         try:
             if isinstance(call, ToolCallError):
                 raise call
@@ -211,9 +248,9 @@ class ToolEnv(TextEnv):
             if tool is None:
                 raise ToolCallError(f"unknown tool {call['name']!r}; available: {', '.join(self.tools)}")
             check_arguments(tool, call["arguments"])
-            return str(tool(**call["arguments"]))
+            return str(tool(**call["arguments"])), None
         except ToolCallError as e:
-            return f"Error: {e}"
+            return f"Error: {e}", str(e)
 
     def close(self) -> None:
         for tool in self.tools.values():

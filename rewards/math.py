@@ -1,7 +1,9 @@
 """Math answer verification: extract the final answer, decide equivalence, score.
 
 ``extract_answer(text)`` finds the final answer of a response or a gold label; both sides of
-:func:`is_equivalent` are read the same way (:mod:`rewards.math_extract`):
+:func:`is_equivalent` are read the same way (:mod:`rewards.math_extract`), except that a gold label
+cannot hedge (``$21, 16$ or $11$`` is its list of values) and a ``\\boxed{`` it never closes holds
+the rest of it:
 
 1. after a ``</think>``, only the text after it counts (the block itself when no answer follows);
 2. the last ``\\boxed{}``/``\\fbox{}``, unless a "final answer is" / "Final Answer:" / "the answer
@@ -12,8 +14,8 @@
    ``12 inches``);
 4. the last valid math span or the last number outside math, whichever comes later.
 
-Equivalence (:mod:`rewards.math_compare`, :mod:`rewards.math_relations`, :mod:`rewards.math_expr`)
-is decided in pure Python for almost everything: normalisation, numbers, structures, relations and
+Equivalence (:mod:`rewards.math_compare` and the modules it names) is decided in pure Python for
+almost everything: normalisation, numbers, ranges, labels, relations, structures and
 a randomised identity test that evaluates both expressions at fixed points (exact ``Fraction``
 arithmetic where possible). Only what it cannot read goes to Math-Verify/sympy in the helper process
 (:mod:`rewards._sympy_worker`) under a hard deadline (``timeout_s``, 0.8 s) that works from any
@@ -31,6 +33,9 @@ Policies, each with its reason:
   1e-5 is also accepted (truncations such as ``125.663`` for ``40\\pi`` are 6-digit answers). A
   gold decimal accepts a more precise prediction that rounds to it (``0.29`` vs ``0.2902...``), never
   a less precise one (``3.1416`` is not ``3.14159``): the gold fixes the precision asked for.
+  Inside an expression the rule applies term by term (:mod:`rewards.math_rounding`): ``x + 1.414i``
+  equals ``x + \\sqrt2 i`` and ``6.283r`` equals ``2\\pi r``, as the decimal stands where the other
+  side has the constant it rounds; everything else must be the same expression.
 - **Decimal commas.** ``d,ddd`` (1-3 digits, a comma, exactly 3 digits) is a thousands separator.
   Any other ``d,d`` (``3,75``, ``1000,99``, ``0,111``) reads as a European decimal comma only when
   the other side is a single number, so the gold says a decimal is wanted; otherwise it is a list.
@@ -41,21 +46,50 @@ Policies, each with its reason:
 - **Sets.** Bare comma lists, "and"-joined answers and ``\\{...\\}`` are unordered (the order of
   roots is not part of the answer); ``(a, b)`` tuples and intervals are ordered; a bare list against a
   tuple is compared in order. A gold of several boxed values is a set, and a prediction of several
-  boxed values then counts as a set too. ``a \\pm b`` is the two values ``{a+b, a-b}``.
+  boxed values then counts as a set too. ``a \\pm b`` is the two values ``{a+b, a-b}``. ``;``
+  separates items (``-12;-11;-10``) and, inside a bracket without commas, coordinates
+  (``(0;-2;6)``); a top-level ``;`` groups more strongly than ``,`` (``p=5,q=2; p=7,q=2`` is two
+  pairs). A value the prediction repeats counts once when the gold has no repeats (a set of
+  tuples listed with one twice); a gold that repeats a value asks for it that many times.
+- **Labels** (:mod:`rewards.math_labels`). ``(p,q)=(3,2)``, ``AB=4``, ``|AB|=1``,
+  ``V_1:V_2=11:21``, ``\\frac{NO}{BO}=\\frac{1}{\\sqrt6}`` name what they give: they equal the bare
+  value, on either side; the label never turns a wrong value right. A list whose items carry
+  different labels (``a=1, b=2``, or ``(a,b)=(1,2)``) is a record: against a bare list its order
+  counts (``2, 1`` is wrong for it), and two records with the same labels match label by label.
+  A predicted record of one-letter names against a gold tuple is also read in alphabetical order
+  (``y=3, x=5`` is ``(5, 3)``). A sum, a power or a number is no label (``x+z=1`` and ``7=11a+c``
+  are equations).
+- **Functions.** ``f(x) = x^2`` equals ``f(t) = t^2``, ``W(n)=1`` equals ``W(x)=1`` and
+  ``a_n = 2n+1`` equals ``a_k = 2k+1`` (a bound variable's name does not matter), not
+  ``f(t) = x^2`` (another function). A trailing quantifier
+  (``for all x``, ``\\forall x \\in \\mathbb{R}``) is dropped; ``f \\equiv 0`` reads as ``f = 0``.
 - **Hedges.** Against a gold with one value, several different boxed answers, several ``#### N``,
   or "or" between answers ("5 or 6", ``5 \\lor 6``) score 0: a hedge must never earn the reward.
-  Against a gold of several values, "or" joins a list like "and". A response never gets credit for
+  Against a gold of several values, "or" joins a list like "and". "Or" between conditions on one
+  variable (``x < -1 or x > 2``) states a union and is no hedge. A response never gets credit for
   merely containing the answer.
 - **Relations.** ``x = 4`` equals ``4`` (and a gold ``x = 4`` equals ``4``), but a gold equation
   such as ``7 = 11a+c`` never equals the bare ``11a+c``; equations are equal when one side minus the
   other is a constant multiple of the other equation's; inequalities when it is a positive multiple
-  with the same direction. **Asymmetric inequality/interval rule:** a gold inequality in one variable
-  also accepts the interval it describes (``-2 \\le x \\le 7`` vs ``[-2, 7]``), but a gold interval
-  does not accept an inequality: the problem asked for interval notation (Math-Verify's default).
+  with the same direction.
+- **Ranges** (:mod:`rewards.math_ranges`). A condition on one variable is read as the set it allows:
+  ``-2 \\le x \\le 7`` is ``[-2, 7]``, ``1 \\le |z| \\le \\frac32`` is
+  ``[-\\frac32,-1] \\cup [1,\\frac32]``, ``x \\ne 3`` and ``x < -1 or x > 2`` are unions,
+  ``\\{x \\mid x > 2\\}`` is ``(2, \\infty)``; open and closed ends count. A gold condition accepts its
+  set and any condition with the same set on the same variable. A gold written as a membership
+  (``x \\in [-2, 7]``) is a statement about ``x`` and accepts the condition too. A predicted
+  condition on ``|x|`` is read only against a gold that has one (it may be the problem's own
+  condition copied back unsolved). **A bare gold
+  interval (``[-2, 7]``) asks for interval notation and does not accept a condition** (Math-Verify's
+  default; this project departs from it only for the membership form, where its own suite asserts
+  both verdicts depending on an option).
 - **Ratios and times.** ``a:b`` is compared term by term (``6:8`` is not ``3:4``, the form was
   asked for); ``h:mm`` with an optional ``a.m.``/``p.m.`` is a time of day (``20:34`` = ``8:34 PM``).
 - **Units, currency, degrees** after a number are dropped; a short unit needs a space (``10 cm``
   is 10, ``10cm`` is not).
+- **Shorthand TeX** (minerva's normaliser): ``\\fracab`` is ``\\frac{a}{b}``, ``\\fracabc`` is
+  ``\\frac{a}{b}c``, ``\\sqrtx`` is ``\\sqrt{x}``, ``\\sqrt2`` is ``\\sqrt{2}``; a text answer ignores
+  case and a leading article (``an ellipse`` = ``\\text{Ellipse}``).
 - **Expressions** are equal when they agree at fixed pseudo-random points of their variables
   (exactly, in ``Fraction`` arithmetic, for rational functions; to 1e-9 relative otherwise, where an
   accidental agreement of different closed forms is far less likely than a grader bug). ``e`` is
@@ -112,25 +146,26 @@ def _boxes_agree(a: str, b: str) -> bool:
     return math_compare.equal(a, b) is True
 
 
-def _extract_uncached(text: str, cfg: MathConfig) -> Extraction:
+def _extract_uncached(text: str, cfg: MathConfig, gold: bool) -> Extraction:
     return find_answer(text, _boxes_agree, boxed=cfg.boxed, hash_=cfg.hash, answer_is=cfg.answer_is,
-                       dollars=cfg.dollars, last_number=cfg.last_number)
+                       dollars=cfg.dollars, last_number=cfg.last_number, gold=gold)
 
 
 @lru_cache(maxsize=8192)
-def _extract_cached(text: str, cfg: MathConfig) -> Extraction:
-    return _extract_uncached(text, cfg)
+def _extract_cached(text: str, cfg: MathConfig, gold: bool) -> Extraction:
+    return _extract_uncached(text, cfg, gold)
 
 
-def extract(text: Any, cfg: MathConfig = DEFAULT) -> Extraction:
-    """The final answer of ``text`` with how it was found (see the module docstring)."""
+def extract(text: Any, cfg: MathConfig = DEFAULT, *, gold: bool = False) -> Extraction:
+    """The final answer of ``text`` with how it was found (see the module docstring); ``gold``:
+    read a gold label (it cannot hedge; an unclosed ``\\boxed{`` holds the rest of it)."""
     text = str(text)
-    return _extract_cached(text, cfg) if len(text) <= 4096 else _extract_uncached(text, cfg)
+    return _extract_cached(text, cfg, gold) if len(text) <= 4096 else _extract_uncached(text, cfg, gold)
 
 
-def extract_answer(text: Any, cfg: MathConfig = DEFAULT) -> str | None:
+def extract_answer(text: Any, cfg: MathConfig = DEFAULT, *, gold: bool = False) -> str | None:
     """The final answer of ``text`` as a string, or ``None`` (nothing found, or hedged)."""
-    return extract(text, cfg).answer
+    return extract(text, cfg, gold=gold).answer
 
 
 def _several(answer: str) -> bool:
@@ -154,7 +189,7 @@ def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]
     if cfg.use_sympy and not _helper_started:
         _helper_started = True
         prestart()  # in the background: ready by the time one of the rare slow-path checks comes
-    if math_compare.has_or(pred) and not math_compare.has_or(gold) and not _several(gold):
+    if math_compare.hedges(pred) and not math_compare.has_or(mathnorm.normalize(gold)) and not _several(gold):
         return False, "hedged"
     verdict = math_compare.equal(pred, gold, cfg.rel_tol)
     if verdict is not None:
@@ -170,7 +205,7 @@ def compare(pred: str, gold: str, cfg: MathConfig = DEFAULT) -> tuple[bool, str]
 
 def is_equivalent(pred: Any, gold: Any, cfg: MathConfig = DEFAULT) -> bool:
     """True when the final answers of ``pred`` and ``gold`` are mathematically the same."""
-    g = extract(gold, cfg)
+    g = extract(gold, cfg, gold=True)
     gold_answer = _gold_answer(g)
     if gold_answer is None:
         return False
@@ -180,7 +215,7 @@ def is_equivalent(pred: Any, gold: Any, cfg: MathConfig = DEFAULT) -> bool:
 
 def score(response: str, task: Task, cfg: MathConfig = DEFAULT) -> RewardResult:
     """1.0 when the response's final answer equals ``task.answer`` (any gold form), else 0.0."""
-    gold = extract(task.answer, cfg)
+    gold = extract(task.answer, cfg, gold=True)
     gold_answer = _gold_answer(gold)
     if gold_answer is None:
         raise ValueError(f"task {task.id}: no answer found in gold label {task.answer!r}")

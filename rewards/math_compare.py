@@ -2,10 +2,13 @@
 
 :func:`equal` compares two extracted answers and returns ``True``/``False``, or ``None`` when no
 layer can decide (the caller then asks sympy in the helper process). The layers, in order: the same
-text; relations (equations, inequalities, ``x = 4`` assignments, ``\\approx``); structures (matrices,
-unions, sets, tuples, intervals, lists, ``\\pm``, ratios, times of day); plain numbers (exact, a
-decimal comma, percent, the rounding rule); text answers; the expression evaluator of
-:mod:`rewards.math_expr`. The policies themselves are documented in :mod:`rewards.math`.
+text; plain numbers (exact, a decimal comma, percent, the rounding rule); ranges (conditions read
+as the sets they allow, :mod:`rewards.math_ranges`); relations (equations, inequalities,
+labelled values, ``\\approx``, :mod:`rewards.math_relations`); structures (matrices, unions, sets,
+records, tuples, intervals, lists, ratios, times of day; items from :mod:`rewards.math_items`);
+text answers; the expression evaluator of :mod:`rewards.math_expr` with the rounding rule applied
+term by term (:mod:`rewards.math_rounding`). The policies themselves are documented in
+:mod:`rewards.math`.
 """
 
 from __future__ import annotations
@@ -14,23 +17,31 @@ import re
 from fractions import Fraction
 
 from rewards import math_eval as me
-from rewards import math_expr as mx
 from rewards import mathnorm as mn
+from rewards.math_items import has_or, items_of
+from rewards.math_labels import labelled, record_labels
+from rewards.math_ranges import as_set, range_verdict
 from rewards.math_relations import relation_verdict
+from rewards.math_rounding import rounded_match, rounded_terms
+
+__all__ = ["equal", "hedges", "has_or", "items_of", "rounded_match"]
 
 _MATRIX = re.compile(r"^\(?\s*\\begin\{(?:pmatrix|bmatrix|matrix|array|smallmatrix)\}(?:\{[^{}]*\})?(.*?)"
                      r"\\end\{(?:pmatrix|bmatrix|matrix|array|smallmatrix)\}\s*\)?$", re.DOTALL)
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(?:(a|p)\.?\s*m\.?)?$", re.IGNORECASE)
-_AND = re.compile(r"\s*,?\s*(?<![a-zA-Z])and(?![a-zA-Z])\s*")
-_OR = re.compile(r"\s*,?\s*(?<![a-zA-Z])or(?![a-zA-Z])\s*|\\(?:lor|vee)(?![a-zA-Z])")
 _TEXT = re.compile(r"[A-Za-z][A-Za-z .'-]*")
+_HALF_OPEN = re.compile(r"\[[^\[\]()]*,[^\[\]()]*\)|\([^\[\]()]*,[^\[\]()]*\]")
+_INFINITY = {"\\infty": 1, "+\\infty": 1, "-\\infty": -1, "\\infty^+": 1}
+_ARTICLE = re.compile(r"^(?:an?|the)\s+(?=\w)")
 MAX_DEPTH = 6
 MAX_CHARS = 10_000
 
 
-def has_or(s: str) -> bool:
-    """Does an answer join alternatives with "or" (a hedge against a single gold)?"""
-    return bool(_OR.search(s))
+def hedges(answer: str) -> bool:
+    """Does an answer offer alternatives ("5 or 6", ``5 \\lor 6``)? An "or" between conditions on
+    one variable (``x < -1 or x > 2``) states a union, not alternatives."""
+    s = mn.normalize(answer)
+    return has_or(s) and as_set(s) is None
 
 
 def equal(pred: str, gold: str, rel_tol: float = 1e-9, depth: int = 0) -> bool | None:
@@ -42,59 +53,41 @@ def equal(pred: str, gold: str, rel_tol: float = 1e-9, depth: int = 0) -> bool |
         return True
     if not p or not g or len(p) + len(g) > MAX_CHARS:
         return False  # (no final answer runs to thousands of characters: only the same text counts)
-    if has_or(p) and not has_or(g) and len(items_of(g)[1]) <= 1:
+    if hedges(p) and not has_or(g) and len(items_of(g)[1]) <= 1:
         return False  # "5 or 6" against one gold: a hedge
+    ip, ig = _INFINITY.get(mn.key(p)), _INFINITY.get(mn.key(g))
+    if ip is not None or ig is not None:
+        return ip == ig  # an interval's end: only the same infinity equals it
     verdict = number_verdict(p, g, pred, gold, rel_tol)
     if verdict is not None:
         return verdict
+    if (mn.number(p) is None) != (mn.number(g) is None) and (_HALF_OPEN.search(p) or _HALF_OPEN.search(g)):
+        return False  # a half-open interval is a set, never a number (``-[0,1)`` against ``1``)
+
+    def eq(a: str, b: str) -> bool | None:
+        return equal(a, b, rel_tol, depth + 1)
+
+    verdict = range_verdict(p, g, gold, eq)
+    if verdict is not None:
+        return verdict
     for layer in (relation_verdict, structure_verdict):
-        verdict = layer(p, g, lambda a, b: equal(a, b, rel_tol, depth + 1))
+        verdict = layer(p, g, eq)
         if verdict is not None:
             return verdict
     tp, tg = _TEXT.fullmatch(p) is not None, _TEXT.fullmatch(g) is not None
     if tp and tg and len(p) + len(g) > 2:
-        return p.lower().replace(" ", "") == g.lower().replace(" ", "")
+        return _words(p) == _words(g)
     if (tp and " " in p and mn.number(g) is not None) or (tg and " " in g and mn.number(p) is not None):
         return False  # words against a number
     return expression_verdict(p, g)
 
 
+def _words(s: str) -> str:
+    """A text answer without case, spaces or a leading article (``an ellipse`` = ``Ellipse``)."""
+    return _ARTICLE.sub("", s.strip().lower()).replace(" ", "")
+
+
 # ---- structures -------------------------------------------------------------------------------
-
-
-def items_of(s: str) -> tuple[str, list[str]]:
-    """``(kind, items)``: kind ``set`` (``\\{..\\}``), ``list`` (bare, "and"), a bracket pair
-    (``()``, ``[)``...) or ``one``."""
-    s = mn.canonical_thousands(s.strip())
-    if s.startswith("\\{") and s.endswith("\\}"):
-        inner = s[2:-2].strip()
-        return "set", _expand_pm(mn.split_top(inner)) if inner else []
-    if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and mn.encloses(s):
-        parts = mn.split_top(s[1:-1])
-        if len(parts) >= 2:
-            return s[0] + s[-1], parts
-    parts = [q for part in mn.split_top(s) for q in _split_words(part)]
-    if len(parts) >= 2 and all(parts):
-        return "list", _expand_pm(parts)
-    pm = _expand_pm([s])
-    return ("list", pm) if len(pm) == 2 else ("one", [s])
-
-
-def _split_words(part: str) -> list[str]:
-    pieces = [x for x in _AND.split(part) if x.strip()]
-    return [y.strip() for x in pieces for y in _OR.split(x) if y.strip()]
-
-
-def _expand_pm(items: list[str]) -> list[str]:
-    out = []
-    for item in items:
-        a, sep, b = item.partition("\\pm")
-        if sep and b.strip() and "\\pm" not in b:
-            a, b = a.strip(), b.strip()
-            out += [f"{a}+{b}", f"{a}-{b}"] if a else [b, f"-{b}"]
-        else:
-            out.append(item)
-    return out
 
 
 def _matrix_cells(s: str) -> list[list[str]] | None:
@@ -133,6 +126,42 @@ def _match_unordered(ps: list[str], gs: list[str], eq) -> bool | None:
     return True
 
 
+def _match_set(ps: list[str], gs: list[str], eq) -> bool | None:
+    """Unordered, and a value the prediction repeats counts once when the gold has no repeats
+    (``(1,2),(2,1),(1,2)`` is the set ``{(1,2),(2,1)}``); a gold that repeats a value asks for it
+    that many times (roots with multiplicity)."""
+    if len(ps) > len(gs) and len({mn.key(x) for x in gs}) == len(gs):
+        spelled = list({mn.key(x): x for x in reversed(ps)}.values())[::-1]  # the same text once
+        if len(spelled) > 2 * len(gs) + 4:
+            return False  # far more distinct items than the gold has: no set of repeats
+        kept: list[str] = []
+        for item in spelled:
+            if all(eq(item, k) is not True for k in kept):
+                kept.append(item)
+        ps = kept
+    return _match_unordered(ps, gs, eq)
+
+
+def _record_verdict(kp: str, ip: list[str], kg: str, ig: list[str], eq) -> bool | None:
+    """A record (items with different labels, :mod:`rewards.math_labels`) on either side."""
+    if len(ip) != len(ig):
+        return False
+    if kp == kg == "record":
+        pk, gk = record_labels(ip), record_labels(ig)
+        if set(pk) == set(gk):  # the same labels: matched label by label, in any order
+            by_label = dict(zip(pk, ip))
+            return _match_ordered([by_label[k] for k in gk], ig, eq)
+    if kg == "record" or kg not in ("set", "list"):
+        verdict = _match_ordered(ip, ig, eq)
+        if verdict is True or kp != "record":
+            return verdict
+        labels = [labelled(x)[0].strip() for x in ip]  # y = 3, x = 5 against (5, 3): by name
+        if all(len(x) == 1 for x in labels) and labels != sorted(labels):
+            return _match_ordered([x for _, x in sorted(zip(labels, ip))], ig, eq)
+        return verdict
+    return _match_set(ip, ig, eq)
+
+
 def _match_ordered(ps: list[str], gs: list[str], eq) -> bool | None:
     if len(ps) != len(gs):
         return False
@@ -155,10 +184,12 @@ def structure_verdict(p: str, g: str, eq) -> bool | None:
         return _colon_verdict(p, g, eq)
     if kp == "one" or kg == "one":
         return False  # a list never equals a single answer
+    if "record" in (kp, kg):
+        return _record_verdict(kp, ip, kg, ig, eq)
     if kp == kg == "()" or (kp == kg and kp not in ("set", "list")):
         return _match_ordered(ip, ig, eq)
     if {kp, kg} <= {"set", "list"}:
-        return _match_unordered(ip, ig, eq)
+        return _match_set(ip, ig, eq)
     if {kp, kg} == {"list", "()"}:
         return _match_ordered(ip, ig, eq)
     return False
@@ -204,31 +235,6 @@ def _colon_verdict(p: str, g: str, eq) -> bool | None:
 # ---- numbers ----------------------------------------------------------------------------------
 
 
-def _is_terminating(v: Fraction) -> bool:
-    d = v.denominator
-    for f in (2, 5):
-        while d % f == 0:
-            d //= f
-    return d == 1
-
-
-def rounded_match(decimal: str, exact: Fraction | complex, exact_is_decimal: bool = False) -> bool:
-    """The rounding rule: ``decimal`` is ``exact`` correctly rounded to its written places (at least
-    2 places or 3 significant digits), or within 1e-5 relative of an irrational/periodic value."""
-    lit = mn.decimal_literal(decimal)
-    if lit is None:
-        return False
-    value, half = lit
-    if isinstance(exact, complex):
-        if abs(exact.imag) > 1e-12 * max(1.0, abs(exact.real)):
-            return False
-        diff = abs(float(value) - exact.real)
-        return diff <= float(half) * (1 + 1e-9) or diff <= 1e-5 * abs(exact.real)
-    if abs(value - exact) <= half:
-        return True
-    return not exact_is_decimal and not _is_terminating(exact) and abs(value - exact) <= Fraction(1, 100000) * abs(exact)
-
-
 def _numbers_equal(a: Fraction, b: Fraction, rel_tol: float) -> bool:
     return a == b or (rel_tol > 0 and abs(a - b) <= rel_tol * max(abs(a), abs(b)))
 
@@ -262,24 +268,15 @@ def number_verdict(p: str, g: str, p_raw: str, g_raw: str, rel_tol: float) -> bo
 # ---- expressions ------------------------------------------------------------------------------
 
 
-def _constant(s: str) -> Fraction | complex | None:
-    try:
-        node = mx.parse(s)
-    except (mx.NotEvaluable, ValueError, ZeroDivisionError, RecursionError):
-        return None
-    if mx.variables(node):
-        return None
-    points = me.values_at((node,))
-    value = points[0][0] if points else None
-    return value if isinstance(value, (Fraction, complex)) else None
-
-
 def expression_verdict(p: str, g: str) -> bool | None:
-    """The evaluator, with the rounding rule when one side is a written decimal."""
+    """The evaluator, with the rounding rule when one side is a written decimal or holds one."""
     p, g = mn.canonical_thousands(p), mn.canonical_thousands(g)
     for dec, other in ((p, g), (g, p)):
         if mn.decimal_literal(dec) is not None and mn.number(other) is None:
-            value = _constant(other)
+            value = me.constant(other)
             if value is not None:
                 return rounded_match(dec, value)
-    return me.same_value(p, g)
+    verdict = me.same_value(p, g)
+    if verdict is not True and "." in p + g and rounded_terms(p, g):
+        return True
+    return verdict

@@ -18,7 +18,7 @@ from typing import Any
 
 from rewards.math_expr import Malformed, Matrix, Node, NotEvaluable, Value, parse, variables
 
-__all__ = ["evaluate", "close", "sample_envs", "values_at", "same_value"]
+__all__ = ["evaluate", "close", "sample_envs", "values_at", "same_value", "constant"]
 
 
 def _c(v: Value) -> complex:
@@ -196,6 +196,19 @@ def values_at(nodes: tuple[Node, ...], trials: int = 3) -> list[tuple[Value, ...
         if out or not names:
             return out
     return []
+
+
+def constant(s: str) -> Fraction | complex | None:
+    """The value of an expression without variables (``2\\sqrt{3}``), or ``None``."""
+    try:
+        node = parse(s)
+    except (NotEvaluable, ValueError, ZeroDivisionError, RecursionError):
+        return None
+    if variables(node):
+        return None
+    points = values_at((node,))
+    value = points[0][0] if points else None
+    return value if isinstance(value, (Fraction, complex)) else None
 
 
 def same_value(a: str, b: str) -> bool | None:

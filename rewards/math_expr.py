@@ -13,7 +13,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["NotEvaluable", "Malformed", "Matrix", "Node", "Value", "FUNCS", "parse", "variables"]
+__all__ = ["NotEvaluable", "Malformed", "Matrix", "Node", "Value", "FUNCS", "GREEK", "parse", "variables"]
 
 
 class NotEvaluable(ValueError):
@@ -41,6 +41,7 @@ FUNCS = _FUNCS = {"sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", 
 _GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
           "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi",
           "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Phi", "Psi", "Omega"}
+GREEK = frozenset(_GREEK)
 _FRACS = {"\\frac", "\\dfrac", "\\tfrac", "\\cfrac"}
 _MULS = {"*", "\\cdot", "\\times"}
 _DIVS = {"/", "\\div"}

@@ -1,5 +1,9 @@
 """Finding the final answer in a whole response or gold label (see :mod:`rewards.math` for the rules).
 
+A gold label is read like a response with two differences (``gold=True``): it cannot hedge (``$21,
+16$ or $11$`` is the list of its values, several ``#### N`` keep the last), and a ``\\boxed{`` it
+never closes holds the rest of the label (a typo in a dataset, not a truncated generation).
+
 All scans are linear in the text (a runaway output of 100k ``\\boxed{`` or ``$`` signs is fine).
 """
 
@@ -8,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from rewards.mathnorm import unglue_connectors
 
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _HASH_RE = re.compile(r"####\s*([^\n]+)")
@@ -125,12 +131,17 @@ def _is_bare(text: str) -> bool:
     s = text.strip()
     if not s or "\n" in s or len(s) > 200 or s.endswith(":") or s.count("$") > 2:
         return False
-    stripped = _TEXT_CMDS.sub(" ", s)
-    words = [w for w in _PROSE_WORD.findall(stripped) if w.lower() not in _CONNECTORS]
+    stripped = unglue_connectors(_TEXT_CMDS.sub(" ", s))
+    words = [m for m in _PROSE_WORD.finditer(stripped) if _is_prose(m.group(0))]
     if not re.search(r"\d", stripped):
         return len(words) <= 2
     last_digit = max(m.end() for m in re.finditer(r"\d", stripped))
-    return all(m.start() >= last_digit for m in _PROSE_WORD.finditer(stripped) if m.group(0).lower() not in _CONNECTORS)
+    return all(m.start() >= last_digit for m in words)
+
+
+def _is_prose(word: str) -> bool:
+    """A word of prose, not a connector or a name of points (``AB``, ``ABCD``, ``MBCN``)."""
+    return word.lower() not in _CONNECTORS and not (word.isupper() and len(word) <= 4)
 
 
 def _strip_math(text: str) -> str:
@@ -149,7 +160,7 @@ def _last_sentence(text: str) -> str:
     return text[cut + 1:]
 
 
-def _from_statement(text: str, pos: int) -> Extraction:
+def _from_statement(text: str, pos: int, gold: bool = False) -> Extraction:
     rest = text[pos:pos + 2000]
     spans = math_spans(rest)
     if spans and spans[0].start == 0 and spans[0].valid:
@@ -157,7 +168,7 @@ def _from_statement(text: str, pos: int) -> Extraction:
     m = _SENTENCE_END.search(rest)
     sentence = rest[: m.start()] if m else rest
     sentence = sentence.strip().strip('"\\').strip()
-    if _hedged_sentence(sentence):
+    if not gold and _hedged_sentence(sentence):
         return Extraction(None, "hedged")
     plain = sentence.replace("$", "").replace('\\"', "").replace('"', "").strip()
     if _is_bare(plain):
@@ -221,16 +232,28 @@ def _boxed(spans: list[tuple[int, str]], compare: Any) -> Extraction:
     return Extraction(contents[-1], "boxed")
 
 
+def _unclosed_box(text: str) -> list[tuple[int, str]]:
+    """A gold's last ``\\boxed{`` that never closes holds the rest of the text."""
+    opened = list(_BOXED_RE.finditer(text))
+    if not opened or opened[-1].end() - 1 in matching_braces(text):
+        return []
+    rest = text[opened[-1].end():].strip().rstrip("$").strip()
+    return [(opened[-1].start(), rest)] if rest else []
+
+
 def find_answer(text: str, compare: Any, boxed: bool = True, hash_: bool = True, answer_is: bool = True,
-                dollars: bool = True, last_number: bool = True) -> Extraction:
-    """The final answer of ``text``; ``compare(a, b) -> bool`` tells whether two boxes agree."""
+                dollars: bool = True, last_number: bool = True, gold: bool = False) -> Extraction:
+    """The final answer of ``text``; ``compare(a, b) -> bool`` tells whether two boxes agree;
+    ``gold``: read a gold label (see the module docstring)."""
     if "</think>" in text:
         before, _, after = text.rpartition("</think>")
-        found = find_answer(after, compare, boxed, hash_, answer_is, dollars, last_number)
+        found = find_answer(after, compare, boxed, hash_, answer_is, dollars, last_number, gold)
         if found.how != "missing":
             return found
         text = before.replace("<think>", "")
     boxes = boxed_spans(text) if boxed else []
+    if gold and boxed and not boxes and ("\\boxed" in text or "\\fbox" in text):
+        boxes = _unclosed_box(text)
     statement = None
     if answer_is and ("nswer" in text or "NSWER" in text):
         statement = next(reversed(list(_STATEMENT_RE.finditer(text[-200_000:]))), None)
@@ -239,16 +262,16 @@ def find_answer(text: str, compare: Any, boxed: bool = True, hash_: bool = True,
     if boxes and (not final_statement or statement.start() + offset < boxes[-1][0]):
         return _boxed(boxes, compare)
     if statement is not None:
-        found = _from_statement(text, statement.end() + offset)
+        found = _from_statement(text, statement.end() + offset, gold)
         if found.answer is not None or found.how == "hedged":
             return found
     if hash_ and "####" in text and (hashes := _HASH_RE.findall(text)):
-        if len({h.strip().strip("$").strip() for h in hashes}) > 1:
+        if not gold and len({h.strip().strip("$").strip() for h in hashes}) > 1:
             return Extraction(None, "hedged")
         return Extraction(hashes[-1].strip().strip("$").strip(), "hash")
     if _is_bare(text):
         return Extraction(_strip_math(text), "bare")
-    if _hedged_sentence(_last_sentence(text)):
+    if not gold and _hedged_sentence(_last_sentence(text)):
         return Extraction(None, "hedged")
     found = _tail_answer(text) if (dollars or last_number) else None
     if found and (dollars or found[1] != "dollars") and (last_number or found[1] != "last_number"):

@@ -1,4 +1,4 @@
-"""Relations in final answers: equations, inequalities, assignments, ``\\approx`` (fast layer).
+"""Relations in final answers: equations, inequalities, labelled values, ``\\approx`` (fast layer).
 
 :func:`relation_verdict` is one layer of :func:`rewards.math_compare.equal`. Rules (the reasons are
 in :mod:`rewards.math`'s docstring):
@@ -6,27 +6,31 @@ in :mod:`rewards.math`'s docstring):
 - ``\\approx``: ``x = 1/3 \\approx 0.33`` keeps ``x = 1/3``; ``x \\approx 11`` keeps ``11``;
 - a chain ``x = 5+5+1 = 11`` is read as its first and last members, ``x = 11``;
 - a prediction ``lhs = v`` against a gold without a relation is compared by ``v``; a gold
-  ``x = v`` against a prediction without one by ``v``, but a gold equation (``7 = 11a+c``)
-  never equals a bare expression;
+  ``label = v`` (:mod:`rewards.math_labels`: ``x = 4``, ``(p,q) = (3,2)``, ``|AB| = 1``,
+  ``V_1:V_2 = 11:21``) against a prediction without one by ``v``, but a gold equation
+  (``7 = 11a+c``, ``x + z = 1``) never equals a bare expression;
 - two equations are equal when ``lhs - rhs`` of one is a non-zero constant multiple of the other's
-  (``3x-y+2=0`` vs ``y=3x+2``); two assignments to the same name compare their right sides;
+  (``3x-y+2=0`` vs ``y=3x+2``); two assignments to plain names, or to the same label, compare their
+  right sides; two definitions of a function compare with their bound variables renamed
+  (``f(x) = x^2`` equals ``f(t) = t^2``);
 - inequalities are equal when each ``lhs - rhs`` is a positive multiple of the other's with the
-  same direction (``x < 1`` vs ``-x > -1``); a gold inequality in one variable also equals the
-  interval it describes (``-2 \\le x \\le 7`` vs ``[-2, 7]``), but a gold interval asks for an
-  interval: a predicted inequality does not match it.
+  same direction (``x < 1`` vs ``-x > -1``); a gold inequality against a set is the business of
+  :mod:`rewards.math_ranges`, and a gold interval asks for an interval: a predicted inequality does
+  not match it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from rewards import math_eval as me
 from rewards import math_expr as mx
 from rewards import mathnorm as mn
+from rewards.math_items import several
+from rewards.math_labels import bound_variables, is_label, is_simple_lhs, label_key, labelled, rename_bound
+from rewards.math_ranges import as_set
 
 _RELS = ("\\approx", "\\leq", "\\geq", "\\neq", "=", "<", ">")
-_SIMPLE_LHS = re.compile(r"^(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?(?:\([a-zA-Z]\))?'*$")
 _FLIP = {">": "<", "\\geq": "\\leq"}
 Eq = Callable[[str, str], "bool | None"]
 
@@ -60,15 +64,9 @@ def _drop_approx(s: str) -> str:
     return parts[0] if "=" in parts[0] else parts[-1]
 
 
-def is_simple_lhs(s: str) -> bool:
-    """``x``, ``f(x)``, ``x_1``, ``\\theta``: a name that an answer assigns to (not ``\\sin(x)``)."""
-    m = _SIMPLE_LHS.match(s.strip())
-    return bool(m) and not (s.startswith("\\") and re.match(r"\\([a-zA-Z]+)", s).group(1) in mx.FUNCS)
-
-
 def relation_verdict(p: str, g: str, eq: Eq) -> bool | None:
     """Compare answers when either holds a relation (``None``: neither does)."""
-    if len(mn.split_top(p)) > 1 or len(mn.split_top(g)) > 1:
+    if several(p) or several(g):
         return None  # a list (of assignments): the structure layer compares item by item
     had_approx = "\\approx" in p + g
     p, g = _drop_approx(p), _drop_approx(g)
@@ -79,25 +77,53 @@ def relation_verdict(p: str, g: str, eq: Eq) -> bool | None:
         return False
     p_eq, g_eq = bool(po) and set(po) <= {"="}, bool(go) and set(go) <= {"="}
     if po and p_eq and not go:
-        return eq(pp[-1], g)
+        return _value_against(pp[0], pp[-1], g, lambda value, bare: eq(value, bare))
     if go and g_eq and not po:
-        return eq(p, gp[-1]) if len(gp) > 2 or is_simple_lhs(gp[0]) else False
+        if len(gp) > 2:
+            return eq(p, gp[-1])
+        if not labelled(f"{gp[0]}={gp[-1]}"):
+            return False
+        return _value_against(gp[0], gp[-1], p, lambda value, bare: eq(bare, value))
     if p_eq and g_eq:
         return _equations(pp[0], pp[-1], gp[0], gp[-1], eq)
     if p_eq or g_eq:
         return False
     if not po:
-        interval = to_interval(gp, go)
-        return eq(p, interval) if interval is not None else False
+        found = as_set(g)
+        return eq(p, found[1]) if found is not None else False
     if not go:
         return False  # a gold interval asks for an interval, not an inequality
     return _inequalities(pp, po, gp, go)
 
 
+def _value_against(label: str, value: str, bare: str, eq: Eq) -> bool | None:
+    """``label = value`` against an answer without a relation: the values decide (``eq(value,
+    bare)`` keeps the caller's prediction/gold order); a function label's bound variable may carry
+    another name in the bare answer (``f(n) = n^2`` vs ``x^2``)."""
+    verdict = eq(value, bare)
+    bound = bound_variables(label)
+    if verdict is True or bound is None or len(bound) != 1:
+        return verdict
+    try:
+        names = sorted(mx.variables(mx.parse(bare)))
+    except (mx.NotEvaluable, ValueError, ZeroDivisionError, RecursionError):
+        return verdict
+    if len(names) != 1 or names == bound:
+        return verdict
+    renamed = rename_bound(bare, names, value, bound)
+    return True if renamed else verdict
+
+
 def _equations(pl: str, pr: str, gl: str, gr: str, eq: Eq) -> bool | None:
+    pb, gb = bound_variables(pl), bound_variables(gl)
+    if pb is not None and gb is not None and pb != gb and label_key(pl) == label_key(gl):
+        renamed = rename_bound(pr, pb, gr, gb)  # f(t) = t^2 against f(x) = x^2
+        if renamed is not None:
+            return renamed
     if mn.key(pl) == mn.key(gl) and eq(pr, gr):
         return True  # the same left side: the right sides decide (with the rounding rule)
-    if is_simple_lhs(pl) and is_simple_lhs(gl):
+    same_label = is_label(pl) and label_key(pl) == label_key(gl)
+    if (is_simple_lhs(pl) and is_simple_lhs(gl)) or same_label:
         verdict = eq(pr, gr)
         if verdict is not None or mn.key(pl) == mn.key(gl):
             return verdict
@@ -151,24 +177,3 @@ def _inequalities(pp: list[str], po: list[str], gp: list[str], go: list[str]) ->
         if None in verdicts:
             return None
     return False
-
-
-def to_interval(parts: list[str], ops: list[str]) -> str | None:
-    """The interval a one-variable inequality describes (``x > 3`` -> ``(3,\\infty)``), or ``None``."""
-    if len(parts) == 2 and "\\neq" not in ops:
-        var_left = is_simple_lhs(parts[0]) and not is_simple_lhs(parts[1])
-        if not var_left and not is_simple_lhs(parts[1]):
-            return None
-        op = ops[0] if var_left else {"<": ">", ">": "<", "\\leq": "\\geq", "\\geq": "\\leq"}[ops[0]]
-        c = parts[1] if var_left else parts[0]
-        return {"<": f"(-\\infty,{c})", "\\leq": f"(-\\infty,{c}]", ">": f"({c},\\infty)",
-                "\\geq": f"[{c},\\infty)"}[op]
-    if len(parts) == 3 and is_simple_lhs(parts[1]) and "\\neq" not in ops:
-        if set(ops) <= {"<", "\\leq"}:
-            lo, hi, (o1, o2) = parts[0], parts[2], ops
-        elif set(ops) <= {">", "\\geq"}:
-            lo, hi, (o2, o1) = parts[2], parts[0], ops
-        else:
-            return None
-        return ("[" if o1 == "\\leq" or o1 == "\\geq" else "(") + f"{lo},{hi}" + ("]" if o2 in ("\\leq", "\\geq") else ")")
-    return None

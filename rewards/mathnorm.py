@@ -5,7 +5,14 @@
   (``12,\\!500``, ``14{,}916``, ``12\\,500``) joined; over-escaped commands (``\\\\frac``) fixed;
   a trailing degree sign, percent sign or word (``percent``, ``pct``), currency signs and unit words
   (``cm^2``, ``square units``, ``\\text{ miles}``) removed; ``\\text{}`` unwrapped; a leading
-  ``x \\in`` dropped; relations spelled one way (``\\leq``, ``\\geq``, ``\\neq``); ``(C)`` -> ``C``.
+  ``x \\in`` dropped (:func:`membership` still tells it was there); relations spelled one way
+  (``\\leq``, ``\\geq``, ``\\neq``); ``(C)`` -> ``C``; minerva's shorthand TeX expanded
+  (``\\fracab`` -> ``\\frac{a}{b}``, ``\\fracabc`` -> ``\\frac{a}{b}c``, ``\\sqrtx`` -> ``\\sqrt{x}``);
+  a connector that lost its spaces (``W(x)=1orW(x)=-1``, ``\\text{or}``) spaced again; a trailing
+  quantifier dropped (``f(x) = x for all x``, ``\\forall x \\in \\mathbb{R}``); ``f \\equiv 0`` read as
+  ``f = 0`` unless a modulus makes it a congruence (``\\pmod 5`` -> ``\\pmod{5}``); ``\\mathbb{R}`` and
+  "all real numbers" as ``(-\\infty,\\infty)``, "infinity" as ``\\infty``.
+- :func:`number` also reads the number words zero to twenty, the tens and "hundred".
 - :func:`number` reads integers, decimals, ``1,234.5``, ``1 000``, ``a/b``, ``\\frac{a}{b}``, mixed
   numbers (``7 3/4``, ``7\\frac{3}{4}``) and scientific notation as an exact ``Fraction``.
 - :func:`decimal_literal` tells how precisely a decimal was written (for the rounding rule).
@@ -43,7 +50,18 @@ _UNIT_TAIL = re.compile(r"^(.*?[\d}.)])((?:\s+[a-zA-Z]{1,}\.?|\s*[a-zA-Z]{4,}\.?
                         r"(?:\s*\^\{?[23]\}?)?)$")
 _NOT_UNITS = {"or", "and", "pi", "sqrt", "frac", "infty", "cup", "cap", "in", "to", "times", "cdot", "i", "e",
               "x", "y", "z", "n", "k", "a", "b", "c", "d", "t", "r", "s", "p", "q", "m", "pm", "mp", "ldots"}
-_IN_PREFIX = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*\\in\s*")
+_IN_PREFIX = re.compile(r"^([a-zA-Z](?:_\{?\w+\}?)?)\s*\\in\s*")
+_SHORT_FRAC = re.compile(r"\\frac([A-Za-z])([A-Za-z0-9])")
+_SHORT_SQRT = re.compile(r"\\sqrt([A-Za-z])")
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())} | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+                                                     "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100}
+_REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])|(?<![a-zA-Z])all real numbers(?![a-zA-Z])")
+_INFINITY_WORD = re.compile(r"(?<![a-zA-Z\\])infinity(?![a-zA-Z])")
+_QUANTIFIER = re.compile(r"(?<=\S)\s*,?\s*(?:\\forall|\bfor\s+(?:all|every|any|each)\b|,\s*[a-zA-Z]\s*\\in\s*\\mathbb\s*\{?[RNZQC]\}?\s*$).*$")
+_MOD_ARG = re.compile(r"\\(p?mod)\s+(\w+)")
+_GLUED = re.compile(r"(?<=[\d)\]}|])\s*(or|and)\s*(?=[A-Z(\\]|[a-z](?![a-z]))")
 _CHOICE = re.compile(r"^\(([A-E])\)$")
 _THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2}(?:,\d{3})+)(?![\d])")
 _SPACE_THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?: \d{3})+)(?![\d./])")
@@ -98,9 +116,15 @@ def _strip_delims(s: str) -> str:
     return s
 
 
+def unglue_connectors(s: str) -> str:
+    """``1orW(x)=-1`` -> ``1 or W(x)=-1``: an "or"/"and" that lost its spaces between a value and
+    the next item (a digit or bracket before it; a capital, a bracket, a command or a one-letter
+    name after it, so ``10oranges`` and ``2and3`` stay words)."""
+    return _GLUED.sub(lambda m: f" {m.group(1)} ", s) if ("or" in s or "and" in s) else s
+
+
 @lru_cache(maxsize=65536)
-def normalize(answer: str) -> str:
-    """Canonical form of one final answer (see the module docstring). Idempotent."""
+def _normalize_body(answer: str) -> str:
     s = _fix_escapes(_strip_delims(answer.strip().strip("*")))
     s = _NUM_SPACING.sub(r"\1,", s)
     for old, new in _SIMPLE_REPLACE:
@@ -109,19 +133,42 @@ def normalize(answer: str) -> str:
     for pattern, new in _REL_WORDS:
         s = pattern.sub(lambda _m, n=new: n, s)
     s = _BARE_WORDS.sub(r"\\\1", s) if ("sqrt" in s or "pi" in s) else s
+    if "\\frac" in s or "\\sqrt" in s:
+        s = _SHORT_SQRT.sub(r"\\sqrt{\1}", _SHORT_FRAC.sub(r"\\frac{\1}{\2}", s))
     s = _SPACING.sub(lambda m: " " if m.group(0) == "\\ " else "", s)
     s = _LEFT_RIGHT.sub("", s)
-    s = _unwrap_text(s).strip()
+    s = unglue_connectors(_unwrap_text(s)).strip()
+    if "for" in s or "\\forall" in s or "\\mathbb" in s:
+        s = _QUANTIFIER.sub("", s).strip()  # f(x) = x for all x: the quantifier is no part of the value
+    if "R" in s or "real" in s:
+        s = _REALS.sub(lambda _m: "(-\\infty,\\infty)", s)
+    if "infinity" in s:
+        s = _INFINITY_WORD.sub(lambda _m: "\\infty", s)
+    if "mod" in s:
+        s = _MOD_ARG.sub(r"\\\1{\2}", s)
+    elif "\\equiv" in s:
+        s = s.replace("\\equiv", "=")  # f \equiv 0 (an identity; with a modulus it is a congruence)
     s = re.sub(r"(?<!\.)[.,;:]\s*$", "", s).strip() if not s.endswith("\\ldots") else s
     s = _PERCENT_WORD.sub(r"\1", s).strip()
     s = re.sub(r"\s*(?:\^\s*\{?\\circ\}?|°|\\circ|\\?\s*degrees?)\s*$", "", s).strip()
     s = _drop_unit_words(s)
-    s = _IN_PREFIX.sub("", s)
-    s = _WS.sub(" ", s).strip()
+    return _WS.sub(" ", s).strip()
+
+
+@lru_cache(maxsize=65536)
+def normalize(answer: str) -> str:
+    """Canonical form of one final answer (see the module docstring). Idempotent."""
+    s = _IN_PREFIX.sub("", _normalize_body(answer)).strip()
     if s.startswith("{") and s.endswith("}") and _encloses(s):
         s = s[1:-1].strip()
     m = _CHOICE.match(s)
     return m.group(1) if m else s
+
+
+def membership(answer: str) -> str | None:
+    """The variable of an answer written as a membership statement (``x \\in [-2, 7]`` -> ``x``)."""
+    m = _IN_PREFIX.match(_normalize_body(answer))
+    return m.group(1).replace("{", "").replace("}", "") if m else None
 
 
 def has_percent(raw: str) -> bool:
@@ -161,6 +208,8 @@ def _mixed(m: re.Match) -> Fraction | None:
 def number(s: str) -> Fraction | None:
     """Read a normalised answer as an exact number, or ``None`` when it is not a plain number."""
     s = canonical_thousands(s.strip())
+    if s.lower() in _NUMBER_WORDS:
+        return Fraction(_NUMBER_WORDS[s.lower()])
     if not s or len(s) > 120 or not re.search(r"\d", s):
         return None
     if m := _MIXED_RE.fullmatch(_WS.sub(" ", s)):

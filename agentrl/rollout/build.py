@@ -7,11 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.config import RunConfig
-from agentrl.env import EnvError, TextEnv, fixed_tasks, make, register
+from agentrl.env import (
+    EnvError,
+    TextEnv,
+    fixed_tasks,
+    has_reference_policy,
+    make,
+    reference_episode,
+    register,
+)
 from agentrl.models import resolve_model_source, tiny_model_dir
 from agentrl.rollout.context import ContextPolicy
 from agentrl.rollout.engines.base import SamplingParams
-from agentrl.rollout.env_pool import EnvPool
+from agentrl.rollout.env_pool import EnvPool, clone_env
 from agentrl.rollout.executors import SingleTurnExecutor
 
 
@@ -22,7 +30,25 @@ def make_env(cfg: RunConfig, overrides: dict[str, Any] | None = None) -> TextEnv
     env = make(cfg.env.id, **{**cfg.env.kwargs, **(overrides or {})})
     if cfg.reward.fn:
         with_reward_fn(env, cfg.reward.fn)
+    if cfg.env.remote:
+        env = remote_env(cfg, env)
     return env
+
+
+def remote_env(cfg: RunConfig, env: TextEnv) -> TextEnv:
+    """``env`` with its episodes run on the ``env.remote`` servers (checked: reachable, serving ``env.id``)."""
+    import os
+
+    from agentrl.rollout.remote_env import EnvServerPool, RemoteEnv
+
+    if cfg.reward.fn:
+        raise EnvError("reward.fn replaces the env's score in this process; with env.remote the servers score "
+                       "(give the reward to their env instead)")
+    pool = EnvServerPool(list(cfg.env.remote), token=cfg.env.remote_token or os.environ.get("AGENTRL_ENV_TOKEN"),
+                         env_id=cfg.env.id, timeout_s=cfg.env.step_timeout_s or 300.0,
+                         retries=cfg.env.remote_retries)
+    pool.check()
+    return RemoteEnv(env, pool)
 
 
 def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
@@ -45,12 +71,22 @@ def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
 
 
 def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
-    """Text the tiny tokenizer is trained on: prompts and reference answers of the env."""
+    """Text the tiny tokenizer is trained on: prompts and reference answers of the env (a multi-turn env
+    with a reference policy: also its episodes' actions and feedback, for the first 50 tasks)."""
     tasks = fixed_tasks(env, n, seed)
     out = []
-    for t in tasks:
+    for i, t in enumerate(tasks):
         prompt = t.prompt if isinstance(t.prompt, str) else "\n".join(m["content"] for m in t.prompt)
-        out += [prompt, env.reference_answer(t)]
+        out.append(prompt)
+        out.append(env.reference_answer(t))
+        if getattr(env, "max_turns", 1) > 1 and has_reference_policy(env) and i < 50:
+            played = clone_env(env)
+            try:
+                out += reference_episode(played, t)[0]
+            except Exception:  # noqa: BLE001 - a broken reference policy is reported by the warm start
+                pass
+            finally:
+                played.close()
     return out
 
 
@@ -113,7 +149,7 @@ def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> 
                                    chat_template=cfg.rollout.chat_template,
                                    max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg),
                                    context=context_policy(cfg, engine, tokenizer))
-    if getattr(env, "max_turns", 1) > 1:
+    if getattr(env, "max_turns", 1) > 1 or getattr(env, "remote_episodes", False):  # an episode per env copy
         from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
         return MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,

@@ -24,7 +24,8 @@ out, or whose next feedback would not fit, ends with ``truncated=True``. Without
 only the action tokens are counted, ``max_new_tokens * max_turns``, so every turn fits. An episode
 that reaches ``max_turns`` (``env.max_turns``) without the env ending it ends ``truncated=True``.
 ``info["end_reason"]`` says which (see ``agentrl.training.metrics.END_REASONS``); ``info["turns"]``
-counts the policy's turns.
+counts the policy's turns; ``info["tool_calls"]`` keeps the tool calls an env reports in its step's
+``info["calls"]`` (each with its ``turn``).
 
 **Context.** With a ``context`` policy (``agentrl.rollout.context``) an episode whose next turn would
 not fit in the policy's context ends (``none``, ``end_reason`` ``context_full``), or has its context
@@ -44,15 +45,22 @@ sharing its read-only ``tasks`` list). Env steps run concurrently on an ``EnvPoo
 threads; an ``async def step`` on its event loop), each under the pool's deadline, and the turns
 batch continuously: every episode whose env has answered goes back to the engine in one
 ``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
-a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True`` and the
-error text in ``info["error"]``. ``info["action_versions"]`` holds the policy version of each
+a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True``, the
+error in ``info["error"]`` and its traceback in ``info["traceback"]`` (the trainer shows each distinct
+error once: ``agentrl.rollout.failures``); so does a step whose info says ``failed`` (an env whose grader
+could not run: an infrastructure failure, not a 0). ``info["action_versions"]`` holds the policy version of each
 turn's engine (``engine.version``, asynchronous runs), when it has one.
+
+**The env's record.** The keys of a step's ``info["trajectory_info"]`` (a dict) are copied into the
+trajectory's ``info``: an env keeps there what a reader of the episode needs beyond its tokens (a
+workspace env: ``commands``, ``outputs``, ``diff``, ``verifier``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,12 +68,16 @@ from agentrl.env import TextEnv
 from agentrl.rollout.chat_turns import REPLY_MARK, closing_left, turn_closing
 from agentrl.rollout.context import COMPACT_INSTRUCTION, ContextPolicy, marker_text
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
-from agentrl.rollout.env_pool import EnvPool, Pending, clone_env
+from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import ContextReset, Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
 _MARK = "<<agentrl-observation>>"
+
+
+class EnvFailed(RuntimeError):
+    """An env's step said the episode failed (``info["failed"]``, the reason in ``info["error"]``)."""
 
 
 @dataclass
@@ -138,6 +150,7 @@ class MultiTurnExecutor:
         self.max_turns = max_turns or int(getattr(env, "max_turns", 1))
         self.max_total_tokens = max_total_tokens
         self.chat: ChatFeedback | None = None
+        self._script: Callable[[TextEnv], str] | None = None  # run_scripted's policy while it runs
         if chat_template and getattr(tokenizer, "chat_template", None):
             try:
                 self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
@@ -176,6 +189,8 @@ class MultiTurnExecutor:
                 completions = self._generate(ready, contexts, replace(params, max_new_tokens=max(limits)))
                 version = getattr(self.engine, "version", None)
                 for e, comp, limit in zip(ready, completions, limits):
+                    if e.done:  # a scripted policy that raised failed its episode
+                        continue
                     if e.summary_for is not None:
                         self._compact(e, comp, limit, version)
                         summarized += [] if e.done else [e]
@@ -192,10 +207,34 @@ class MultiTurnExecutor:
                     ready.append(e)
         return [self._trajectory(e) for e in episodes]
 
+    def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str]) -> list[Trajectory]:
+        """One episode per task whose actions are ``act(env)`` (a scripted policy, e.g. the env's
+        ``reference_action``), stitched as :meth:`run` stitches the engine's (the action's tokens and
+        the EOS, cut at the turn's budget as a generated turn would be, then the feedback's tokens) under
+        the same context policy; a compaction request is answered by the env's ``reference_summary()``
+        when it has one, else by ``act``. An ``act`` that raises fails its episode."""
+        self._script = act
+        try:
+            return self.run(tasks, n_samples=1)
+        finally:
+            self._script = None
+
     def _generate(self, episodes: list[Episode], contexts: list[list[int]], params: SamplingParams
                   ) -> list[Completion]:
-        """The engine's next turn for each episode (a scripted policy overrides this)."""
-        return self.engine.generate(contexts, params)
+        """The next turn for each episode: the engine's, or the scripted policy's (:meth:`run_scripted`)."""
+        if self._script is None:
+            return self.engine.generate(contexts, params)
+        out, eos = [], self.tokenizer.eos_token_id
+        for e in episodes:
+            summarize = getattr(e.env, "reference_summary", None) if e.summary_for is not None else None
+            try:
+                text = summarize() if callable(summarize) else self._script(e.env)
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+            except Exception as exc:  # a broken reference policy fails its episode
+                self._fail(e, exc)
+                ids = []
+            out.append(Completion(ids, [0.0] * len(ids), "stop"))
+        return out
 
     def _limit(self, e: Episode, context_len: int, params: SamplingParams, budget: int) -> int:
         """Tokens episode ``e`` may generate now: its turn (or summary) budget within the context."""
@@ -216,8 +255,9 @@ class MultiTurnExecutor:
             ep = Episode(env, task, group_id, prompt)
             self._fail(ep, e)
             return ep
+        kept = {"env_server": info["env_server"]} if "env_server" in info else {}
         ep = Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None,
-                                                         "context_max": len(prompt)},
+                                                         "context_max": len(prompt), **kept},
                      state_keys=[state_key(obs, info)])
         if not self.context.fits(len(prompt), 0):
             self._fail(ep, ValueError(f"the prompt of {len(prompt)} tokens leaves no room for a turn of "
@@ -250,11 +290,19 @@ class MultiTurnExecutor:
         except Exception as exc:  # the env raised or ran past its deadline
             self._fail(e, exc)
             return
+        e.info.update(step_info.get("trajectory_info") or {})  # the env's record of the episode
+        if step_info.get("failed"):  # the env could not score the episode (its grader failed): not a 0
+            self._fail(e, EnvFailed(step_info.get("error") or "the env marked the episode failed"))
+            return
         e.turn_rewards.append(float(reward))
         e.info.update(verified=step_info.get("verified", True),
                       reward_components=dict(step_info.get("reward_components", {})))
         if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
             e.info["parsed"] = step_info["parsed"]
+        if isinstance(step_info.get("calls"), list):  # the turn's tool calls and their results
+            turn = len(e.turn_rewards) - 1
+            e.info.setdefault("tool_calls", []).extend({"turn": turn, **c} for c in step_info["calls"]
+                                                       if isinstance(c, dict))
         if terminated or truncated or out_of_budget or len(e.turn_rewards) >= self.max_turns:
             reason = ("terminated" if terminated else "env_truncated" if truncated
                       else "max_turns" if len(e.turn_rewards) >= self.max_turns else "episode_budget")
@@ -330,8 +378,8 @@ class MultiTurnExecutor:
             log.warning("env %s failed to close: %r", type(e.env).__name__, exc)
 
     def _fail(self, e: Episode, exc: BaseException) -> None:
-        log.warning("env %s raised on task %s: %r", type(e.env).__name__, e.task.id, exc)
-        e.info.update(error=f"{type(exc).__name__}: {exc}", failed=True, verified=True)
+        log.debug("env %s raised on task %s: %r", type(e.env).__name__, e.task.id, exc)
+        e.info.update(failure_info(exc), failed=True, verified=True)
         e.turn_rewards.append(0.0)
         self._end(e, True, False, "failed")
 

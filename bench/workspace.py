@@ -1,0 +1,123 @@
+"""Benchmark: workspaces on each backend — start latency (cold and from the warm pool), the ``exec``
+round trip, grading (seal + a fresh workspace + the verifier), and many workspaces at once.
+
+    python bench/workspace.py [--backends local docker] [--starts 20] [--execs 200] [--grades 10]
+                              [--concurrent 64]
+
+Prints one table, p50 / p99 in milliseconds. Anchors (issue 28): a local Docker cold start is
+2-5 s, hosted sandboxes claim 60-90 ms; the local backend should start in <= 50 ms p50 (from the
+pool) and exec in <= 10 ms. Run it on a quiet machine, one compute process at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sandbox.workspace import WorkspaceSpec, open_workspace  # noqa: E402
+from sandbox.workspace.grading import verify  # noqa: E402
+from sandbox.workspace.pool import WorkspacePool  # noqa: E402
+
+TEST_SH = ("#!/bin/bash\nmkdir -p /logs/verifier\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > "
+           "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] * 1000
+
+
+def timed(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def cold_starts(backend: str, n: int) -> list[float]:
+    spec = WorkspaceSpec(name="bench")
+    open_workspace(spec, backend).close()  # images built, caches warm
+    return timed(lambda: open_workspace(spec, backend).close(), n)  # start (ready for exec) + close
+
+
+def pool_starts(backend: str, n: int) -> list[float]:
+    spec = WorkspaceSpec(name="bench-pool")
+    out = []
+    with WorkspacePool(backend, size=2) as pool:
+        pool.acquire(spec).close()
+        for _ in range(n):
+            time.sleep(0.5 if backend == "local" else 3.0)  # an episode's length: the refill lands
+            t = time.perf_counter()
+            ws = pool.acquire(spec)
+            out.append(time.perf_counter() - t)
+            ws.close()
+    return out
+
+
+def execs(backend: str, n: int) -> list[float]:
+    with open_workspace(WorkspaceSpec(name="bench"), backend) as ws:
+        ws.exec("true")
+        return timed(lambda: ws.exec("true"), n)
+
+
+def grades(backend: str, n: int, tests: str) -> list[float]:
+    spec = WorkspaceSpec(name="bench-grade")
+    out = []
+    for _ in range(n):
+        with open_workspace(spec, backend) as ws:
+            ws.exec("echo 42 > answer.txt")
+            t = time.perf_counter()
+            tree = ws.seal()
+        verdict = verify(spec, tree, tests, backend=backend, timeout_s=60)
+        out.append(time.perf_counter() - t)
+        assert verdict.reward == 1.0, verdict
+    return out
+
+
+def concurrent(backend: str, n: int) -> tuple[float, int]:
+    """Start ``n`` workspaces at once, run a command in each, close them: (seconds, successes)."""
+    def one(k: int) -> bool:
+        with open_workspace(WorkspaceSpec(name=f"c{k}"), backend) as ws:
+            return ws.exec(f"echo {k} > f && cat f").output == f"{k}\n"
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(n) as pool:
+        ok = sum(pool.map(one, range(n)))
+    return time.perf_counter() - t, ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backends", nargs="+", default=["local", "docker"])
+    ap.add_argument("--starts", type=int, default=20)
+    ap.add_argument("--execs", type=int, default=200)
+    ap.add_argument("--grades", type=int, default=10)
+    ap.add_argument("--concurrent", type=int, default=64)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tests:
+        Path(tests, "test.sh").write_text(TEST_SH)
+        rows = []
+        for b in args.backends:
+            measured = {"cold start": cold_starts(b, args.starts), "start from pool": pool_starts(b, args.starts),
+                        "exec round trip": execs(b, args.execs), "grade (seal+verify)": grades(b, args.grades, tests)}
+            for name, xs in measured.items():
+                rows.append((b, name, len(xs), pct(xs, 0.5), pct(xs, 0.99)))
+            if args.concurrent:
+                secs, ok = concurrent(b, args.concurrent)
+                rows.append((b, f"{args.concurrent} at once: {ok} ok, total", 1, secs * 1000, secs * 1000))
+    print("| backend | measure | n | p50 ms | p99 ms |\n|---|---|---:|---:|---:|")
+    for b, name, n, p50, p99 in rows:
+        print(f"| {b} | {name} | {n} | {p50:,.1f} | {p99:,.1f} |")
+
+
+
+if __name__ == "__main__":
+    main()

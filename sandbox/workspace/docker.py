@@ -1,0 +1,231 @@
+"""The Docker workspace backend: a container per workspace, built from the task's own Dockerfile.
+
+- **Image**: a spec with a Dockerfile is built from it (``docker build``, no network, cached by a
+  hash of the Dockerfile and its context). When its ``FROM`` image is not in the local daemon (no
+  registry is reachable here) the same Dockerfile is built on the base image made from this host's
+  Debian packages (:mod:`.docker_base`), and one line says so. A spec without a Dockerfile starts
+  from that base image and its steps run in the container, as on the local backend.
+- **Container**: ``network_mode=none`` unless the internet is allowed, memory (no swap), cpu and pids
+  limits, capabilities dropped to those the runtime (root) needs to hand the tree to the agent and
+  drop to its uid, ``no-new-privileges``. The agent is a user of its own (uid 10001) who owns the
+  tree — the image's workdir and other non-system directories — as on the local backend, so it can
+  neither change the system nor end its runtime. ``storage_mb`` caps each file (RLIMIT_FSIZE), ``/tmp``
+  (a tmpfs) and the tree a seal returns (Docker caps a container's disk only on xfs with quotas).
+- **Runtime**: the container's pid 1 is a watcher (``_workspace.py watch``) and the workspace's runtime
+  runs beside it through ``docker exec -i`` — the same runtime as the local backend's, so commands,
+  timeouts, trees and grading behave the same. The runtime's files are bind-mounted read-only; the
+  task image needs a ``python3``.
+- **Lifetime**: closing the workspace removes the container. If the owner dies, its runtime sees the
+  end of its input and stops, the watcher sees that and ends the container, which is removed on exit;
+  at worst it ends at its TTL. Containers are labelled with their owner (host, boot, pid), and the
+  first Docker workspace of a process removes those whose owner is gone (a SIGKILLed run's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from typing import Any
+
+from .base import BuildError, Tree, WorkspaceError, WorkspaceSpec
+from .runtime import RUNTIME_DIR, RuntimeWorkspace
+
+log = logging.getLogger(__name__)
+LABEL = "agentrl.workspace"
+OWNER = "agentrl.workspace.owner"
+MOUNT = "/opt/agentrl-runtime"
+CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]  # the runtime's, as root
+AGENT_UID = 10001
+_reaped = False
+_build_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+def owner_id(pid: int | None = None) -> str:
+    """``host:boot:pid`` of a process of this machine (the label a container's owner is known by)."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    return f"{socket.gethostname()}:{boot}:{pid if pid is not None else os.getpid()}"
+
+
+def reap_orphans(client: Any) -> int:
+    """Remove workspace containers whose owner process (on this machine, this boot) is gone."""
+    host_boot = owner_id().rsplit(":", 1)[0]
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        owner = c.labels.get(OWNER, "")
+        prefix, _, pid = owner.rpartition(":")
+        if prefix == host_boot and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                c.remove(force=True)
+                removed += 1
+            except Exception:  # noqa: BLE001 - already being removed
+                pass
+    return removed
+
+
+def _client() -> Any:
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+        return client
+    except Exception as e:  # noqa: BLE001 - the daemon is missing, stopped or unreachable
+        raise WorkspaceError(f"the docker workspace backend needs a running Docker daemon ({e})") from e
+
+
+class DockerWorkspace(RuntimeWorkspace):
+    """A workspace in a container (see the module docstring)."""
+
+    backend = "docker"
+
+    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None) -> None:
+        global _reaped
+        self.client = _client()
+        self.container: Any = None
+        if not _reaped:
+            _reaped = True
+            reap_orphans(self.client)
+        self.image = image_for(self.client, spec)
+        super().__init__(spec, tree)
+
+    def _build(self) -> None:
+        if self.spec.dockerfile is None:  # steps on the base image, as the local backend runs them
+            super()._build()
+
+    def _uid(self) -> int:
+        return AGENT_UID
+
+    def _launch(self) -> subprocess.Popen:
+        lim = self.spec.limits
+        self.container = self.client.containers.run(
+            self.image, ["python3", "-E", "-s", "-S", f"{MOUNT}/_workspace.py", "watch", str(lim.ttl_s + 60)],
+            detach=True, auto_remove=True, labels={LABEL: "1", OWNER: owner_id()},
+            network_mode="bridge" if lim.allow_internet else "none", mem_limit=f"{lim.memory_mb}m",
+            memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.max_processes,
+            cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"], user="0", working_dir="/",
+            ulimits=[_fsize(lim.storage_mb)], volumes={RUNTIME_DIR: {"bind": MOUNT, "mode": "ro"}},
+            tmpfs={"/tmp": f"size={lim.storage_mb}m,mode=1777"})
+        docker_cli = shutil.which("docker")
+        if docker_cli is None:
+            raise WorkspaceError("the docker workspace backend needs the docker command line client")
+        return subprocess.Popen(
+            [docker_cli, "exec", "-i", self.container.id, "python3", "-E", "-s", "-S", f"{MOUNT}/_workspace.py",
+             "container"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+
+    def _teardown(self) -> None:
+        """Remove the container and wait until it is gone (its auto-removal may be under way)."""
+        import docker
+
+        if self.container is None:
+            return
+        cid, self.container = self.container.id, None
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                self.client.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError:  # "removal already in progress": wait for it
+                pass
+            time.sleep(0.05)
+        log.warning("workspace container %s was not removed within 30 s", cid[:12])
+
+
+def _fsize(storage_mb: int) -> Any:
+    import docker
+
+    size = int(storage_mb) << 20
+    return docker.types.Ulimit(name="fsize", soft=size, hard=size)
+
+
+def image_for(client: Any, spec: WorkspaceSpec) -> str:
+    """The image a workspace of ``spec`` starts from (see the module docstring), built when missing."""
+    from .docker_base import build_base_image
+
+    if spec.dockerfile is None:
+        return build_base_image(client)
+    parsed_from = _from_line(spec.dockerfile)  # Docker builds every instruction itself
+    text = spec.dockerfile
+    if not _have(client, parsed_from):
+        base = build_base_image(client)
+        if parsed_from not in _warned:
+            _warned.add(parsed_from)
+            print(f"agentrl: image {parsed_from} is not available locally (no registry here); building "
+                  f"{spec.name}'s Dockerfile on {base}, a Debian image made from this host's packages",
+                  file=sys.stderr, flush=True)  # stdout is the caller's (agentrl tasks check --json)
+        text = _replace_from(text, base)
+    tag = "agentrl-task:" + _context_hash(spec.context, text)
+    with _build_lock:
+        if not _have(client, tag):
+            try:
+                client.images.build(fileobj=_context_tar(spec.context, text), custom_context=True, tag=tag,
+                                    rm=True, forcerm=True, network_mode="none")
+            except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and APIError
+                raise BuildError(f"{spec.name}: docker build failed: {str(e).strip()[-400:]}") from None
+    return tag
+
+
+def _from_line(text: str) -> str:
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0].upper() == "FROM" and len(words) > 1:
+            return words[1]
+    raise BuildError("the Dockerfile has no FROM line")
+
+
+def _replace_from(text: str, base: str) -> str:
+    out, done = [], False
+    for line in text.splitlines():
+        words = line.split()
+        if not done and words and words[0].upper() == "FROM":
+            line, done = f"FROM {base}", True
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _have(client: Any, image: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _context_hash(context: str | None, dockerfile: str) -> str:
+    h = hashlib.sha256(dockerfile.encode())
+    for root, dirs, files in os.walk(context or "/nonexistent"):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, context).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def _context_tar(context: str | None, dockerfile: str) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if context:
+            for name in sorted(os.listdir(context)):
+                if name != "Dockerfile":
+                    tar.add(os.path.join(context, name), arcname=name)
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf

@@ -1,0 +1,243 @@
+"""The host's side of a workspace runtime (``sandbox/_runtime/_workspace.py``): requests over its pipes.
+
+Both backends run the same runtime: the local one as a process of this host that builds its own
+walls, Docker inside the container (through ``docker exec -i``). :class:`RuntimeWorkspace` speaks
+its protocol and implements every :class:`~sandbox.workspace.base.Workspace` method on top; a
+backend only starts the process (``_launch``) and ends what it made (``_teardown``).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import select
+import struct
+import subprocess
+import tarfile
+import threading
+import time
+from typing import Any
+
+from .base import (
+    BuildError,
+    CommandResult,
+    FileEntry,
+    Tree,
+    TreeTooLarge,
+    Workspace,
+    WorkspaceError,
+    WorkspaceSpec,
+    resolve,
+)
+
+RUNTIME_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_runtime")
+CHUNK = 8 << 20  # archives travel in chunks of 8 MiB (the runtime's CHUNK)
+MARGIN_S = 15.0  # an answer may come this much later than the command's own timeout
+BUILD_RUN_TIMEOUT_S = 600.0
+
+
+class RuntimeWorkspace(Workspace):
+    """A workspace served by a runtime process; see the module docstring."""
+
+    backend = "runtime"
+
+    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None) -> None:
+        self.spec, self.proc = spec, None
+        self._lock = threading.Lock()
+        self.closed = False
+        self.info: dict[str, Any] = {}
+        try:
+            self.proc = self._launch()
+            cfg = {"uid": self._uid(), "limits": _limits(spec), "workdir": "/", "env": {}, "owner": os.getpid()}
+            self.info = self._request(cfg, 120.0, first=True)["ready"]
+            self._prepare(tree)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- what a backend provides
+    def _launch(self) -> subprocess.Popen:
+        raise NotImplementedError
+
+    def _uid(self) -> int:
+        raise NotImplementedError
+
+    def _teardown(self) -> None:
+        pass
+
+    def _build(self) -> None:
+        """Apply the spec's build steps (the local backend; Docker's image already holds them)."""
+        for step in self.spec.steps:
+            self._step(step)
+
+    # ---------------------------------------------------------------- start
+    def _prepare(self, tree: Tree | None) -> None:
+        if tree is None:
+            self._build()
+        else:
+            self._upload(tree.data)
+            self._request({"op": "restore"}, 300.0)
+        self._request({"op": "mkdir", "path": self.spec.workdir}, 30.0)
+        self._request({"op": "workdir", "path": self.spec.workdir}, 30.0)
+        if self.spec.env:
+            self._request({"op": "setenv", "vars": dict(self.spec.env)}, 30.0)
+        self.initial = self.snapshot() if tree is None else None
+
+    def _step(self, step: Any) -> None:
+        kind, args = step.kind, step.args
+        if kind == "workdir":
+            path = resolve(self._workdir_now, args[0])
+            self._request({"op": "mkdir", "path": path}, 30.0)
+            self._request({"op": "workdir", "path": path}, 30.0)
+            self._workdir_now = path
+        elif kind == "env":
+            self._request({"op": "setenv", "vars": {args[0]: args[1]}}, 30.0)
+        elif kind == "copy":
+            from .dockerfile import copy_archive
+
+            dest, data = copy_archive(self.spec.context, list(args[:-1]), args[-1], self._workdir_now)
+            self.put_archive(dest, data)
+        elif kind == "run":
+            r = self.exec(args[0], timeout_s=BUILD_RUN_TIMEOUT_S)
+            if r.exit_code != 0:
+                raise BuildError(f"{self.spec.name}: RUN at line {step.line} failed ({r.text().strip()[-400:]})")
+        else:
+            raise BuildError(f"{self.spec.name}: unknown build step {kind!r}")
+
+    _workdir_now = "/"
+
+    # ---------------------------------------------------------------- the interface
+    def exec(self, command: str, timeout_s: float = 30.0) -> CommandResult:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        out = self._request({"op": "exec", "command": command, "timeout_s": timeout_s}, timeout_s + MARGIN_S)
+        return CommandResult(out["exit_code"], out["output"], out["timed_out"], out["truncated"],
+                             out["duration_s"], timeout_s, out["shell_restarted"])
+
+    def read_file(self, path: str, max_bytes: int = 1 << 20) -> bytes:
+        out = self._request({"op": "read", "path": resolve(self.spec.workdir, path), "max_bytes": max_bytes}, 60.0,
+                            user_error=True)
+        return base64.b64decode(out["data"])
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        self._request({"op": "write", "path": resolve(self.spec.workdir, path), "mode": mode,
+                       "data": base64.b64encode(raw).decode()}, 60.0, user_error=True)
+
+    def list(self, path: str = ".") -> list[FileEntry]:
+        out = self._request({"op": "list", "path": resolve(self.spec.workdir, path)}, 60.0, user_error=True)
+        return [FileEntry(*e) for e in out["entries"]]
+
+    def snapshot(self) -> Tree:
+        return self._download("snapshot")
+
+    def restore(self, tree: Tree) -> None:
+        self._upload(tree.data)
+        self._request({"op": "restore"}, 300.0)
+        self._request({"op": "workdir", "path": self.spec.workdir}, 30.0)
+        if self.spec.env:
+            self._request({"op": "setenv", "vars": dict(self.spec.env)}, 30.0)
+
+    def seal(self) -> Tree:
+        return self._download("seal")
+
+    def put_archive(self, dest: str, data: bytes) -> None:
+        """Unpack the tar ``data`` under ``dest`` (owned by the agent)."""
+        self._upload(data)
+        self._request({"op": "put", "dest": dest}, 300.0)
+
+    def _upload(self, data: bytes) -> None:
+        for i in range(0, len(data), CHUNK):
+            self._request({"op": "upload", "data": base64.b64encode(data[i:i + CHUNK]).decode()}, 120.0)
+
+    def _download(self, op: str) -> Tree:
+        try:
+            out = self._request({"op": op}, 300.0)
+        except WorkspaceError as e:
+            if "larger than the task's storage" in str(e):
+                raise TreeTooLarge(str(e)) from None
+            raise
+        data = b"".join(base64.b64decode(self._request({"op": "chunk", "i": i}, 120.0)["data"])
+                        for i in range(out["chunks"]))
+        if len(data) != out["size"]:
+            raise WorkspaceError(f"{self.spec.name}: a tree of {out['size']} bytes arrived as {len(data)}")
+        return Tree(data)
+
+    def put_dir(self, host_dir: str, dest: str) -> None:
+        """Copy a host directory's contents to ``dest`` in the workspace."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name in sorted(os.listdir(host_dir)):
+                tar.add(os.path.join(host_dir, name), arcname=name)
+        self.put_archive(dest, buf.getvalue())
+
+    def process_count(self) -> int:
+        """Processes of the workspace besides its runtime and shell's own (tests, leak checks)."""
+        return int(self._request({"op": "ping"}, 30.0)["pids"])
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._teardown()
+
+    # ---------------------------------------------------------------- the protocol
+    def _request(self, obj: dict, timeout_s: float, first: bool = False, user_error: bool = False) -> dict:
+        with self._lock:
+            proc = self.proc
+            if proc is None or self.closed and not first:
+                raise WorkspaceError(f"{self.spec.name}: the workspace is closed")
+            data = json.dumps(obj).encode()
+            try:
+                proc.stdin.write(struct.pack(">I", len(data)) + data)
+                proc.stdin.flush()
+                out = self._answer(proc, time.monotonic() + timeout_s)
+            except (BrokenPipeError, EOFError, OSError) as e:
+                raise WorkspaceError(f"{self.spec.name}: the workspace ended ({self._why()})") from e
+        if "error" in out:
+            if user_error:
+                raise OSError(out["error"])
+            raise WorkspaceError(f"{self.spec.name}: {out['error']}")
+        return out
+
+    def _answer(self, proc: subprocess.Popen, deadline: float) -> dict:
+        head = self._read_exact(proc, 4, deadline)
+        return json.loads(self._read_exact(proc, struct.unpack(">I", head)[0], deadline))
+
+    def _read_exact(self, proc: subprocess.Popen, n: int, deadline: float) -> bytes:
+        fd, out = proc.stdout.fileno(), bytearray()
+        while len(out) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                proc.kill()
+                raise WorkspaceError(f"{self.spec.name}: the workspace stopped answering")
+            chunk = os.read(fd, n - len(out))
+            if not chunk:
+                raise EOFError
+            out += chunk
+        return bytes(out)
+
+    def _why(self) -> str:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"its runtime exited with {self.proc.returncode}: closed, TTL or idle timeout"
+        return "its runtime closed its pipe"
+
+
+def _limits(spec: WorkspaceSpec) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(spec.limits)

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/verifier
+if [ -f /app/alive ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi

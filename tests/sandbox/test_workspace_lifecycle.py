@@ -1,0 +1,116 @@
+"""Workspace lifetimes: the warm pool, and an owner SIGKILLed with 16 workspaces open leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.workspace import WorkspaceSpec, open_workspace
+from sandbox.workspace.leftovers import leftovers
+from sandbox.workspace.pool import WorkspacePool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _docker() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=10).ping()
+        return True
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but no Docker daemon is reachable: {exc}")
+        return False
+
+
+def _clean_within(owner: int, seconds: float) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = leftovers(owner)
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def test_the_pool_hands_out_started_workspaces():
+    spec = WorkspaceSpec(name="pooled")
+    with WorkspacePool("local", size=2) as pool:
+        first = pool.acquire(spec)  # cold: nothing was started yet
+        first.exec("echo mine > f.txt")
+        first.close()
+        time.sleep(3)  # the background starts land
+        t = time.perf_counter()
+        ws = pool.acquire(spec)
+        warm_s = time.perf_counter() - t
+        assert ws.exec("ls").output == "" and pool.hits == 1 and pool.misses == 1  # fresh, not the last one's
+        ws.close()
+        assert warm_s < 0.5
+    assert not any(leftovers(os.getpid()).values())
+
+
+OWNER = textwrap.dedent("""
+    import sys
+    from sandbox.workspace import WorkspaceSpec, open_workspace
+    spaces = []
+    for k in range(int(sys.argv[1])):
+        backend = "docker" if k < int(sys.argv[2]) else "local"
+        ws = open_workspace(WorkspaceSpec(name=f"w{k}"), backend)
+        ws.exec("sleep 1000 & setsid sleep 1001 & (nohup sleep 1002 >/dev/null 2>&1 &)")
+        spaces.append(ws)
+    print("ready", flush=True)
+    sys.stdin.read()
+    """)
+
+
+@pytest.mark.slow
+def test_a_sigkilled_owner_with_16_workspaces_leaves_nothing():
+    """The owner is SIGKILLed with 16 workspaces open (4 of them containers when Docker runs), each with
+    background jobs and daemons; then a new owner starts a workspace: nothing of the first is left."""
+    n_docker = 4 if _docker() else 0
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, "16", str(n_docker)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        during = leftovers(proc.pid)
+        assert len({os.path.basename(c) for c in during["cgroups"]}) == 16 - n_docker
+        assert len(during["containers"]) == n_docker
+        assert len(during["processes"]) >= 4 * (16 - n_docker)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with open_workspace(WorkspaceSpec(), "docker" if n_docker else "local") as ws:  # the next run
+        assert ws.exec("echo fresh").output == "fresh\n"
+    left = _clean_within(proc.pid, 60)
+    assert not any(left.values()), left
+
+
+@pytest.mark.slow
+def test_a_sigkilled_training_run_with_16_workspaces_open_leaves_nothing(tmp_path):
+    """`agentrl train` on the shipped Harbor tasks with a warm pool (2 started workspaces per task: 24
+    open at once) is SIGKILLed once 16 or more are open; then a new run starts one: nothing of the
+    first run is left on the host."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli", "train", "examples/configs/harbor_grpo_tiny.yaml",
+         "env.kwargs.pool_size=2", "learner.total_steps=1000", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while len({os.path.basename(c) for c in leftovers(run.pid)["cgroups"]}) < 16:  # one per workspace
+            assert run.poll() is None and time.monotonic() < deadline, "the run never had 16 workspaces open"
+            time.sleep(0.2)
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+    with open_workspace(WorkspaceSpec(), "local") as ws:  # the next run
+        assert ws.exec("echo fresh").output == "fresh\n"
+    left = _clean_within(run.pid, 60)
+    assert not any(left.values()), left
