@@ -37,24 +37,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def reference_executor(cfg: Any, env: Any, engine: Any, tokenizer: Any) -> Any:
-    """The run's multi-turn executor with the env's reference policy in place of the engine."""
+def reference_episodes(cfg: Any, env: Any, engine: Any, tokenizer: Any, tasks: list[Any]) -> list[Any]:
+    """One episode per task of the env's reference policy through the run's multi-turn executor and context
+    policy (``MultiTurnExecutor.run_scripted``: a compaction request is answered by ``reference_summary()``)."""
     from agentrl.rollout.build import context_policy, sampling_params
-    from agentrl.rollout.engines.base import Completion
     from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
-    class ReferenceExecutor(MultiTurnExecutor):
-        def _generate(self, episodes, contexts, params):
-            out = []
-            for e in episodes:
-                text = e.env.reference_summary() if e.summary_for is not None else e.env.reference_action()
-                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-                out.append(Completion(ids, [0.0] * len(ids), "stop"))
-            return out
-
-    return ReferenceExecutor(env, engine, tokenizer, sampling_params(cfg), chat_template=cfg.rollout.chat_template,
-                             max_total_tokens=cfg.rollout.max_total_tokens or None,
-                             context=context_policy(cfg, engine, tokenizer))
+    ex = MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), chat_template=cfg.rollout.chat_template,
+                           max_total_tokens=cfg.rollout.max_total_tokens or None,
+                           context=context_policy(cfg, engine, tokenizer))
+    return ex.run_scripted(tasks, lambda e: e.reference_action())
 
 
 def sft_examples(trajectories: list[Any]) -> list[Any]:
@@ -89,10 +81,10 @@ def warm(args: argparse.Namespace) -> None:
     engine = make_engine(cfg, model, tok, path)
     tasks = fixed_tasks(env, args.episodes, cfg.data.seed + 1)
     t0 = time.perf_counter()
-    episodes = reference_executor(cfg, env, engine, tok).run(tasks)
+    episodes = reference_episodes(cfg, env, engine, tok, tasks)
     for extra in args.also:  # the same tasks under other settings (another context policy)
-        episodes += reference_executor(load_config(args.config, args.overrides + extra.split()), env, engine,
-                                       tok).run(tasks)
+        episodes += reference_episodes(load_config(args.config, args.overrides + extra.split()), env, engine,
+                                       tok, tasks)
     examples = sft_examples(episodes)
     lengths = [len(p) + sum(len(s.token_ids) for s in segs) for t in episodes for p, segs in t.samples()]
     print(f"reference episodes: {len(episodes)} ({time.perf_counter() - t0:.0f} s), mean reward "
@@ -173,7 +165,7 @@ def cost(args: argparse.Namespace) -> None:
     engine = make_engine(cfg, model, tok, path)
     tasks = fixed_tasks(env, args.episodes, cfg.data.seed + 1)
     none = load_config(args.config, args.overrides + ["rollout.context.policy=none", "rollout.context.max_tokens=100000"])
-    whole = reference_executor(none, env, engine, tok).run(tasks)
+    whole = reference_episodes(none, env, engine, tok, tasks)
 
     def per_turn(t: Any) -> list[tuple[list[int], list[Any]]]:  # every turn a sample of its whole context
         out, seen = [], list(t.prompt_ids)
@@ -192,7 +184,7 @@ def cost(args: argparse.Namespace) -> None:
     for policy in ("truncate", "compact"):
         c = load_config(args.config, args.overrides + [f"rollout.context.policy={policy}"])
         rows.append((f"turn + {policy} at {c.rollout.context.max_tokens or 'the model context'}",
-                     [t.samples() for t in reference_executor(c, env, engine, tok).run(tasks)]))
+                     [t.samples() for t in reference_episodes(c, env, engine, tok, tasks)]))
     base = np.mean([tokens(x) for x in rows[0][1]])
     print(f"{len(tasks)} reference episodes of {Path(args.config).name} "
           f"({np.mean([len(t.turn_rewards) for t in whole]):.1f} turns each)")
