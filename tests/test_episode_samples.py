@@ -217,3 +217,18 @@ def test_a_reset_without_turns_counts_as_its_own_sample():
     assert exp.episode_ids.tolist() == [0, 0] and exp.action_mask.sum(-1).tolist() == [1.0, 2.0]
     assert exp.turn_ids[0].tolist()[:2] == [-1, 0] and exp.turn_ids[1].tolist()[2:4] == [1, 1]
     assert t.num_action_tokens == 3
+
+
+def test_sft_examples_of_a_compacted_episode_are_its_contexts(tok):
+    """The warm start trains on scripted episodes: packed or not, every context is its own example and
+    every action token of the episode carries the loss once."""
+    from agentrl.training.supervised import pack
+
+    traj = _compacted(tok)
+    contexts = traj.samples()
+    batch = pack([traj], tok.pad_token_id, pack_length=2048)
+    assert batch.action_mask.sum().item() == traj.num_action_tokens
+    assert int((batch.position_ids == 0).sum()) >= len(contexts)  # each example restarts its positions
+    lengths = sorted(len(p) + sum(len(s.token_ids) for s in segs) for p, segs in contexts)
+    assert int(batch.attention_mask.shape[-1]) >= lengths[-1]
+    assert int((batch.sequences != tok.pad_token_id).sum()) == sum(lengths)
