@@ -232,3 +232,12 @@ def test_sft_examples_of_a_compacted_episode_are_its_contexts(tok):
     lengths = sorted(len(p) + sum(len(s.token_ids) for s in segs) for p, segs in contexts)
     assert int(batch.attention_mask.shape[-1]) >= lengths[-1]
     assert int((batch.sequences != tok.pad_token_id).sum()) == sum(lengths)
+
+
+def test_the_overlong_penalty_sees_turns_of_every_context():
+    from agentrl.rollout.dynamic_sampling import apply_overlong_penalty
+
+    t = Trajectory(prompt_ids=[1], segments=[Segment([3, 3], True)], reward=1.0, task_id="t", group_id=0,
+                   resets=[ContextReset("compact", [1, 9], [Segment([4] * 8, True)])])
+    apply_overlong_penalty([t], max_tokens=8, buffer=4, penalty=1.0)  # the 8-token turn is in the second context
+    assert t.info["overlong_penalty"] == -1.0 and t.reward == 0.0
