@@ -156,7 +156,9 @@ def tok() -> Any:
     return train_tokenizer(corpus, 320)
 
 
-def _compacted(tok: Any) -> Trajectory:
+@pytest.fixture(scope="module")
+def compacted(tok: Any) -> Trajectory:
+    """A scripted GuessNumber episode under compaction at 400 tokens (read-only in the tests)."""
     env = GuessNumberEnv(rounds=4, guesses=6, high=50, feedback="direction", reference_policy="uniform")
     ex = MultiTurnExecutor(env, None, tok, SamplingParams(max_new_tokens=4),
                            context=ContextPolicy("compact", 400, turn_tokens=4, summary_tokens=40))
@@ -164,10 +166,10 @@ def _compacted(tok: Any) -> Trajectory:
     return traj
 
 
-def test_run_scripted_plays_under_the_context_policy(tok):
+def test_run_scripted_plays_under_the_context_policy(compacted):
     """The warm start's scripted episodes go through the run's context policy: a compaction request is
     answered by the env's reference summary, and every context fits."""
-    traj = _compacted(tok)
+    traj = compacted
     assert traj.resets and all(r.reason == "compact" for r in traj.resets)
     assert traj.info["compactions"] == len(traj.resets) and not traj.info.get("failed")
     assert all(s.startswith("Round ") and " left." in s for s in traj.info["summaries"])
@@ -176,13 +178,13 @@ def test_run_scripted_plays_under_the_context_policy(tok):
     assert len(traj.turn_rewards) == traj.info["turns"] and traj.reward == pytest.approx(sum(traj.turn_rewards))
 
 
-def test_records_and_learner_logprobs_keep_every_context(tok):
+def test_records_and_learner_logprobs_keep_every_context(tok, compacted):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    traj = _compacted(tok)
+    traj = compacted
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=512))
+                                         num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=400))
     learner = PolicyLearner(model, LearnerConfig(call_tokens=0), AlgoConfig())
     [scores] = learner_logprobs(learner, [traj], tok.pad_token_id)
     actions = [s for _, segs in traj.samples() for s in segs if s.is_action]
@@ -219,12 +221,12 @@ def test_a_reset_without_turns_counts_as_its_own_sample():
     assert t.num_action_tokens == 3
 
 
-def test_sft_examples_of_a_compacted_episode_are_its_contexts(tok):
+def test_sft_examples_of_a_compacted_episode_are_its_contexts(tok, compacted):
     """The warm start trains on scripted episodes: packed or not, every context is its own example and
     every action token of the episode carries the loss once."""
     from agentrl.training.supervised import pack
 
-    traj = _compacted(tok)
+    traj = compacted
     contexts = traj.samples()
     batch = pack([traj], tok.pad_token_id, pack_length=2048)
     assert batch.action_mask.sum().item() == traj.num_action_tokens
