@@ -1,4 +1,5 @@
-"""The ``agentrl`` command: train | eval | sft | rm | dpo | serve-reward | envs list | report.
+"""The ``agentrl`` command: train | eval | plan | sft | rm | dpo | serve-reward | serve-env | envs list |
+report | view | tasks.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -16,10 +17,12 @@ from pathlib import Path
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
     from agentrl.config.loading import check_model_path
+    from agentrl.preflight import check_machine
     from agentrl.run_dir import prepare_run_dir, run_dir_path
     from agentrl.tracking import check_sinks
 
     cfg = load_config(args.config, args.overrides)
+    check_machine(cfg)  # a GPU recipe on a CPU machine stops here, before any model or engine is built
     check_model_path(cfg.model.path)
     check_sinks(cfg.log)
     run_dir = prepare_run_dir(args.resume or run_dir_path(cfg, args.run_dir), resume=bool(args.resume),
@@ -51,9 +54,33 @@ def _eval(args: argparse.Namespace) -> int:
         config = saved  # a run or checkpoint dir: evaluate as the run did (its env, kwargs, sampling)
         print(f"agentrl eval: using the run's config {saved}", file=sys.stderr)
     cfg = load_config(config, overrides)
+    from agentrl.preflight import check_machine
+
+    check_machine(cfg)
     if args.model:
         check_model_path(args.model, "--model")
     run_eval(cfg, args.out, model_path=args.model)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``agentrl plan CONFIG``: the memory per component the run needs (``agentrl.training.memory_plan``)."""
+    from agentrl.config import load_config
+    from agentrl.training.memory_plan import format_plan, plan_run
+
+    cfg = load_config(args.config, args.overrides)
+    plan, source = plan_run(cfg, prompt_tokens=args.prompt_tokens, gpu_gib=args.gpu_gib)
+    print(format_plan(plan, source))
+    if args.measure:
+        from agentrl.config import ConfigError
+        from agentrl.training.memory_measure import measure_run
+        from agentrl.training.memory_plan import compare, format_comparison
+
+        if cfg.cluster.mode != "local" or cfg.rollout.engine == "vllm":
+            raise ConfigError("plan --measure runs the single-process trainer with the HF engine: "
+                              "set cluster.mode=local rollout.engine=hf")
+        measured = measure_run(cfg, plan.facts["prompt_tokens"], plan.facts["response_tokens"])
+        print(format_comparison(compare(plan, measured)))
     return 0
 
 
@@ -85,12 +112,34 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.run_dir import prepare_run_dir, run_dir_path
 
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
+    from agentrl.preflight import check_machine
+
+    check_machine(cfg)
     check_model_path(cfg.model.path)
     run_dir = prepare_run_dir(run_dir_path(cfg, args.run_dir), overwrite=args.overwrite,
                               command=f"agentrl {args.command} CONFIG")
     summary = getattr(importlib.import_module(module), fn)(cfg, run_dir=run_dir)
     print(json.dumps({k: summary[k] for k in ("steps", "seconds", "before", "after", "model_dir")}, indent=1))
     return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    """``agentrl view RUN_DIR ...``: the run browser on 127.0.0.1, or ``--export FILE``."""
+    from agentrl.viewer.command import main as view_main
+    from agentrl.viewer.data import ViewError
+
+    try:
+        return view_main(args.run_dirs, host=args.host, port=args.port, token=args.token, export=args.export)
+    except ViewError as e:
+        print(f"agentrl view: {e}", file=sys.stderr)
+        return 2
+
+
+def _port(text: str) -> int:
+    """``--port``: an integer 0-65535 (0: any free port)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number 0-65535: {text!r} (0 picks a free one)")
+    return int(text)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -119,8 +168,30 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks(args: argparse.Namespace) -> int:
+    """``agentrl tasks list | check DIR``: Harbor task directories (agentrl.evaluation.tasks)."""
+    from agentrl.env import EnvError
+    from agentrl.evaluation.tasks import check_tasks, list_tasks
+
+    try:
+        if args.action == "list":
+            return list_tasks(args.dir, backend=args.backend)
+        return check_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, verbose=args.verbose)
+    except EnvError as e:
+        if args.debug:
+            raise
+        print(f"agentrl tasks: error: {one_line(e)}", file=sys.stderr)
+        return 2
+
+
 def _serve_reward(argv: list[str]) -> int:
     from rewards.server import cli_main
+
+    return cli_main(argv)
+
+
+def _serve_env(argv: list[str]) -> int:
+    from agentrl.serving.env_server import cli_main
 
     return cli_main(argv)
 
@@ -143,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
     v.add_argument("--out", default="eval_out", help="directory for eval.json")
     v.set_defaults(fn=_eval)
+    m = sub.add_parser("plan", help="memory per component (weights, optimizer, activations, KV cache) of a config")
+    m.add_argument("config", help="YAML config file")
+    m.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+    m.add_argument("--prompt-tokens", type=int, default=None, help="prompt length to plan for (default: measured)")
+    m.add_argument("--gpu-gib", type=float, default=None, help="GPU memory in GiB (default: this GPU's, else 80)")
+    m.add_argument("--measure", action="store_true", help="also run the worst case once here and print measured bytes")
+    m.set_defaults(fn=_plan)
     r = sub.add_parser("report", help="PNG plots and report.md of a run")
     r.add_argument("run_dir", help="the run directory (metrics.jsonl)")
     r.set_defaults(fn=_report)
@@ -158,10 +236,27 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("source", help="run dir (its latest checkpoint), checkpoint dir or policy dir")
     x.add_argument("out", help="output directory")
     x.set_defaults(fn=_export)
+    w = sub.add_parser("view", help="browse runs in a web page: curves, episodes, tokens, eval (127.0.0.1)")
+    w.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (agentrl train or eval --out)")
+    w.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    w.add_argument("--port", type=_port, default=8765, help="TCP port, or 0 for a free one (default 8765)")
+    w.add_argument("--token", default=None, help="token the page needs (default: $AGENTRL_VIEW_TOKEN; none if unset)")
+    w.add_argument("--export", default=None, metavar="FILE.html",
+                   help="write the page as one self-contained HTML file (works offline) instead of serving")
+    w.set_defaults(fn=_view)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)
+    k = sub.add_parser("tasks", help="Harbor task directories: list them, or check each (oracle 1.0, no-op 0.0)")
+    k.add_argument("action", choices=["list", "check"])
+    k.add_argument("dir", help="a Harbor task directory, or a folder of them")
+    k.add_argument("--backend", choices=["local", "docker"], default="local", help="workspace backend")
+    k.add_argument("--json", action="store_true", help="check: one JSON line per task")
+    k.add_argument("--jobs", "-j", type=int, default=1, help="check: tasks checked at once")
+    k.add_argument("--verbose", "-v", action="store_true", help="check: the outputs of failing tasks")
+    k.set_defaults(fn=_tasks)
     sub.add_parser("serve-reward", help="run the HTTP reward server (see --help)", add_help=False)
+    sub.add_parser("serve-env", help="serve an env over OpenEnv's protocol (see --help)", add_help=False)
     return p
 
 
@@ -191,9 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve-reward":
         return _serve_reward(argv[1:])
+    if argv and argv[0] == "serve-env":
+        return _serve_env(argv[1:])
     args = parse_args(argv)
     from agentrl.config import ConfigError
     from agentrl.env import EnvError
+    from agentrl.preflight import RequirementError
 
     try:
         return args.fn(args)
@@ -201,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"agentrl: config error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except RequirementError as e:  # this machine lacks a GPU, a package or a supported release
+        if args.debug:
+            raise
+        print(f"agentrl: error: {one_line(e)}", file=sys.stderr)
         return 2
     except (OSError, ImportError) as e:  # a model path, a missing file or an optional package
         if args.debug:

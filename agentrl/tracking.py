@@ -1,6 +1,6 @@
 """Metrics: ``metrics.jsonl`` always, TensorBoard by default, wandb when configured, a progress bar
-(on a terminal; a plain status line every few steps in a log file), a per-stage timer, a sample of
-the training episodes in ``samples.jsonl``, and PNG learning curves at the end."""
+(on a terminal; a plain status line every few steps in a log file), a per-stage timer, and PNG
+learning curves at the end. (The episodes of ``samples.jsonl``: ``agentrl.training.samples``.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import ConfigError, LogConfig
-from agentrl.types import Trajectory
 
 
 def check_sinks(cfg: LogConfig) -> None:
@@ -150,22 +149,6 @@ def plot_curves(run_dir: Path, keys: tuple[str, ...] = ("reward/mean", "eval/acc
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
-
-
-def write_samples(run_dir: Path, step: int, trajs: list[Trajectory], tokenizer: Any, cfg: LogConfig) -> None:
-    """Every ``log.samples_every`` steps, append ``log.samples_per_step`` episodes (prompt, response,
-    reward, turns, how it ended) to ``samples.jsonl`` in the run directory."""
-    if not cfg.samples_every or step % cfg.samples_every or not trajs:
-        return
-    picked = trajs[::max(1, len(trajs) // max(1, cfg.samples_per_step))][:cfg.samples_per_step]
-    with open(Path(run_dir) / "samples.jsonl", "a", encoding="utf-8") as f:
-        for t in picked:
-            response = "".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in t.segments)
-            f.write(json.dumps({"step": step, "task_id": t.task_id, "group_id": t.group_id,
-                                "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=True),
-                                "response": response, "reward": t.reward, "turns": t.info.get("turns", 1),
-                                "end_reason": t.info.get("end_reason"), "truncated": t.truncated,
-                                "error": t.info.get("error")}) + "\n")
 
 
 def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step: int = 0) -> str:

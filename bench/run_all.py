@@ -19,14 +19,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["train_step", "rollout", "env", "verifier", "reward_server", "sandbox"]
+ORDER = ["train_step", "rollout", "env", "verifier", "reward_server", "server_latency", "sandbox", "samples"]
 QUICK = {
     "train_step": ["--steps", "5", "--warmup", "1", "--threads", "1"],
     "rollout": ["--reps", "5", "--threads", "1"],
     "env": ["--seconds", "1.5"],
     "verifier": ["--limit", "200"],
     "reward_server": ["--seconds", "3", "--concurrency", "1", "8"],
+    "server_latency": ["--seconds", "3"],
     "sandbox": ["--limit", "40"],
+    "samples": ["--steps", "3"],
 }
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
        "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "all",

@@ -12,7 +12,8 @@
       </function>
       </tool_call>
 
-  a parameter whose schema type is ``string`` is kept as text, others are read as JSON;
+  a parameter whose schema type is ``string`` is kept as text (less the newline after its opening
+  tag and the one before its closing tag), others are read as JSON;
 - ``llama3_json`` (Llama 3.1-3.3): the whole reply is ``{"name": ..., "parameters": {...}}``,
   optionally after ``<|python_tag|>``, several separated by ``;``;
 - ``pythonic`` (Llama 3.2/4, some tool-use fine-tunes): the whole reply is a Python list of calls
@@ -84,7 +85,8 @@ def parse_qwen3_coder(action: str, schemas: dict[str, dict[str, Any]] | None = N
                 if not pclosed:
                     bad = ToolCallError(f"<parameter={pname}> of {name!r} is not closed with </parameter>")
                     break
-                value = raw.strip("\n")
+                value = raw[1:] if raw.startswith("\n") else raw  # the one newline after the tag and the one
+                value = value[:-1] if value.endswith("\n") else value  # before </parameter>, not the value's own
                 if props.get(pname, {}).get("type") != "string":
                     try:
                         value = json.loads(value)
@@ -167,6 +169,23 @@ PROMPTS = {
     "pythonic": _prompt("To call functions, reply with only a Python list of calls: "
                         "[func_name(arg1=value1, arg2=value2), ...]"),
 }
+
+
+def render_calls(name: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """Tool calls ``(tool, arguments)`` written in format ``name``, as a model would write them (the
+    parser of that format reads them back): reference actions and scripted policies."""
+    if name == "hermes":
+        return "\n".join(f"<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>" for n, a in calls)
+    if name == "qwen3_coder":
+        def param(k: str, v: Any) -> str:
+            return f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+        return "\n".join(f"<tool_call>\n<function={n}>\n{''.join(param(k, v) for k, v in a.items())}</function>\n"
+                         f"</tool_call>" for n, a in calls)
+    if name == "llama3_json":
+        return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
+    if name == "pythonic":
+        return "[" + ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in calls) + "]"
+    raise ValueError(f"unknown tool_parser {name!r}; valid: {', '.join(PARSERS)}")
 
 
 def get_parser(name: str) -> Any:

@@ -8,6 +8,8 @@ in its ``<tool_response>`` and counts as a call. After ``max_tool_calls`` calls 
 refused with a message saying so. An action without a tool call is the final answer: the inner
 env scores it and the episode ends. ``max_turns`` (default ``max_tool_calls + 1``) ends an
 episode that never answers (``truncated=True``, reward 0).
+Each step's ``info["calls"]`` lists that turn's calls (``name``, ``arguments``, ``result``,
+``error``); the multi-turn executor keeps them on the trajectory (``info["tool_calls"]``).
 
 A tool is a small class: ``name``, ``description``, JSON-schema ``parameters`` and
 ``__call__(**arguments) -> str``; ``reset()`` clears per-episode state and ``close()`` frees
@@ -192,18 +194,31 @@ class ToolEnv(TextEnv):
                     **result.info}
             self._last_obs = ""
             return "", float(result.score), True, False, info
-        responses = [self.run_call(c) for c in calls]
-        obs = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in responses)
+        records = [self.record_call(c) for c in calls]
+        obs = "\n".join(f"<tool_response>\n{r['result']}\n</tool_response>" for r in records)
         self._last_obs = obs
         truncated = self.turn >= self.max_turns
-        info = {"reward_components": {"correct": 0.0}, "verified": True, "tool_calls": self.calls}
+        info = {"reward_components": {"correct": 0.0}, "verified": True, "tool_calls": self.calls, "calls": records}
         return obs, 0.0, False, truncated, info
+
+    def record_call(self, call: dict[str, Any] | ToolCallError) -> dict[str, Any]:
+        """Run one call: ``{"name", "arguments", "result", "error"}`` (``error``: None when the tool ran and
+        returned), as a step's ``info["calls"]`` lists them (the executor keeps them on the trajectory)."""
+        result, error = self._run(call)
+        if isinstance(call, ToolCallError):
+            return {"name": None, "arguments": None, "result": result, "error": error}
+        return {"name": call["name"], "arguments": call["arguments"], "result": result, "error": error}
 
     def run_call(self, call: dict[str, Any] | ToolCallError) -> str:
         """The text returned for one call (its result, or an error message for the policy)."""
+        return self._run(call)[0]
+
+    def _run(self, call: dict[str, Any] | ToolCallError) -> tuple[str, str | None]:
+        """(text for the policy, the error or None) of one call; every call counts against the limit."""
         self.calls += 1
         if self.calls > self.max_tool_calls:
-            return f"Error: the limit of {self.max_tool_calls} tool calls is reached; give your final answer now."
+            error = f"the limit of {self.max_tool_calls} tool calls is reached; give your final answer now."
+            return f"Error: {error}", error
         try:
             if isinstance(call, ToolCallError):
                 raise call
@@ -211,9 +226,9 @@ class ToolEnv(TextEnv):
             if tool is None:
                 raise ToolCallError(f"unknown tool {call['name']!r}; available: {', '.join(self.tools)}")
             check_arguments(tool, call["arguments"])
-            return str(tool(**call["arguments"]))
+            return str(tool(**call["arguments"])), None
         except ToolCallError as e:
-            return f"Error: {e}"
+            return f"Error: {e}", str(e)
 
     def close(self) -> None:
         for tool in self.tools.values():

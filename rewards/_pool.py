@@ -22,6 +22,7 @@ import asyncio
 import json
 import math
 import multiprocessing as mp
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -198,17 +199,34 @@ class WorkerPool:
     def _new_worker(self) -> _Worker:
         return _Worker(self._ctx, self.plugins, self.item_timeout_s)
 
+    def _take(self, first: _Job) -> list[_Job]:
+        """``first`` and this worker's share of the jobs queued behind it (queued / workers, at most
+        ``chunk_size`` items): one message to the worker for many small requests (under load the pipe
+        round trip, not the scoring, was most of a request), and the other workers still get theirs."""
+        assert self._jobs is not None
+        jobs, n = [first], len(first.items)
+        share = math.ceil((1 + self._jobs.qsize()) / self.size)
+        while not self._jobs.empty() and n < self.chunk_size and len(jobs) < share:
+            job = self._jobs.get_nowait()
+            jobs.append(job)
+            n += len(job.items)
+        return jobs
+
     async def _serve(self, worker: _Worker) -> None:
         assert self._jobs is not None
         try:
             while True:
-                job = await self._jobs.get()
+                jobs = self._take(await self._jobs.get())
+                items = [item for job in jobs for item in job.items]
                 try:
-                    worker, results = await self._run(worker, job.items)
+                    worker, results = await self._run(worker, items)
                 except Exception as e:  # noqa: BLE001 - keep serving
-                    results = [_encoded_error(f"internal error: {e!r}")] * len(job.items)
-                if not job.future.done():
-                    job.future.set_result(results)
+                    results = [_encoded_error(f"internal error: {e!r}")] * len(items)
+                start = 0
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_result(results[start:start + len(job.items)])
+                    start += len(job.items)
         finally:
             worker.kill()
 
@@ -254,6 +272,9 @@ class WorkerPool:
             if current >= 0 and time.monotonic() - started > limit:
                 return int(current), f"timeout: worker killed after {limit:.1f}s"
         try:
+            # the event loop (uvloop) left the pipe non-blocking: a reader woken after the message's header
+            # but before its body would get EAGAIN (an OSError) and take a live worker for a dead one
+            os.set_blocking(fd, True)
             for index, result in worker.conn.recv():
                 results[index] = result
         except (EOFError, OSError):

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+from starlette.routing import Route
 
 from rewards._pool import WorkerPool
 from rewards.registry import available, get_reward, load_object, register
@@ -116,8 +118,9 @@ class OpenRLHFResponse(BaseModel):
     extra_logs: dict[str, list[float]]
 
 
-class _BodyLimit:
-    """ASGI middleware: 413 for bodies over ``max_bytes`` (by header, or counted while streaming)."""
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over ``max_bytes`` (by header, or counted while streaming); the env
+    server (:mod:`agentrl.serving.env_server`) uses it too."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -184,6 +187,41 @@ def _openrlhf_response(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rewards": scores, "scores": scores, "extra_logs": logs}
 
 
+def document_post(app: FastAPI, routes: dict[str, tuple[type[BaseModel], type[BaseModel], str]]) -> None:
+    """Put plain ``POST`` routes (Starlette ``Route``s, not FastAPI's) into the app's OpenAPI schema:
+    ``{path: (request model, response model, summary)}``. The env server uses it too."""
+
+    def entry(request_model: type[BaseModel], response_model: type[BaseModel], summary: str) -> dict[str, Any]:
+        def content(model: type[BaseModel]) -> dict[str, Any]:
+            return {"application/json": {"schema": model.model_json_schema(ref_template="#/components/schemas/{model}")}}
+
+        return {"post": {"summary": summary, "requestBody": {"required": True, "content": content(request_model)},
+                         "responses": {"200": {"description": "Successful Response", "content": content(response_model)},
+                                       "401": {"description": "Missing or wrong bearer token"},
+                                       "413": {"description": "Request body too large"},
+                                       "422": {"description": "Validation error"}}}}
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for path, (req, resp, summary) in routes.items():
+                schema["paths"][path] = entry(req, resp, summary)
+                for model in (req, resp):  # nested models ($defs) become shared components
+                    full = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                    components.update(full.pop("$defs", {}))
+                    components[model.__name__] = full
+            for item in schema["paths"].values():  # $defs inside the entries point at the components
+                for op in item.values():
+                    for part in [op.get("requestBody", {})] + list(op.get("responses", {}).values()):
+                        for media in part.get("content", {}).values():
+                            media["schema"].pop("$defs", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def _lifespan(config: ServerConfig, state: dict[str, WorkerPool], known: list[str]) -> Any:
     """The app's lifespan: start the worker pool (into ``state["pool"]``), announce, close it at exit."""
 
@@ -200,7 +238,7 @@ def _lifespan(config: ServerConfig, state: dict[str, WorkerPool], known: list[st
     return lifespan
 
 
-def _token_check(token: str | None) -> Any:
+def token_check(token: str | None) -> Any:
     """A FastAPI dependency refusing requests without ``Authorization: Bearer <token>`` (none: open)."""
 
     async def check_token(request: Request) -> None:
@@ -222,8 +260,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     state: dict[str, WorkerPool] = {}
     known = sorted(set(available()) | set(aliases))
     app = FastAPI(title="agentrl reward server", version="1", lifespan=_lifespan(config, state, known))
-    app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
-    check_token = _token_check(config.token)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    check_token = token_check(config.token)
 
     def request_reward(name: str | None) -> str:
         """The request's reward (or the default); an unknown one refuses the request, naming what exists."""
@@ -246,11 +284,21 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Names accepted as ``reward``."""
         return {"rewards": known, "default": config.default_reward}
 
-    @app.post("/score", response_model=ScoreResponse, dependencies=[Depends(check_token)])
-    async def score(req: ScoreRequest) -> JSONResponse:
-        """Score a batch; each item gets a result (or an error), in order."""
-        results = await run(_items_for_pool(req.items, request_reward(req.reward)))
+    async def score(request: Request) -> Response:
+        """Score a batch; each item gets a result (or an error), in order. A plain route (FastAPI's
+        validation and dependency layers cost more than scoring a cheap item): the same checks by hand."""
+        try:
+            await check_token(request)
+            req = ScoreRequest.model_validate_json(await request.body())
+            results = await run(_items_for_pool(req.items, request_reward(req.reward)))
+        except HTTPException as e:
+            return JSONResponse({"detail": e.detail}, e.status_code, e.headers)
+        except ValidationError as e:
+            return JSONResponse({"detail": e.errors(include_url=False, include_context=False, include_input=False)}, 422)
         return Response(b'{"results":[' + b",".join(results) + b"]}", media_type="application/json")
+
+    app.router.routes.insert(0, Route("/score", score, methods=["POST"]))  # the hot route is matched first
+    document_post(app, {"/score": (ScoreRequest, ScoreResponse, "Score a batch of items")})
 
     @app.post("/get_reward", response_model=OpenRLHFResponse, dependencies=[Depends(check_token)])
     async def get_reward_openrlhf(req: OpenRLHFRequest, reward: str | None = Query(None)) -> JSONResponse:
@@ -265,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``agentrl serve-reward``."""
     p = argparse.ArgumentParser(prog="agentrl serve-reward", description="Serve reward functions over HTTP.")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=_port, default=8000, help="TCP port 1-65535, or 0 for a free one (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port 1-65535, or 0 for a free one (default 8000)")
     p.add_argument("--token", default=os.environ.get("AGENTRL_REWARD_TOKEN"),
                    help="bearer token required by the API (default: $AGENTRL_REWARD_TOKEN; none if unset)")
     p.add_argument("--workers", type=int, default=2, help="scoring worker processes")
@@ -279,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     """``--port``: an integer 0-65535 (0: any free port)."""
     try:
         port = int(text)
@@ -290,20 +338,29 @@ def _port(text: str) -> int:
     return port
 
 
+def listen_socket(host: str, port: int, prog: str) -> socket.socket | None:
+    """A bound TCP socket for ``host:port`` (0: a free port), or None after printing one line naming the
+    busy port and the fix (``agentrl serve-reward``, ``agentrl serve-env``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        print(f"{prog}: cannot listen on {host}:{port}: {e.strerror} "
+              f"(pass another --port, or --port 0 for a free one)", file=sys.stderr)
+        return None
+    return sock
+
+
 def cli_main(argv: list[str]) -> int:
     """Entry point of ``agentrl serve-reward``: bind, build the app, print the URL once ready, serve."""
     import uvicorn
 
     args = build_parser().parse_args(argv)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as e:
-        sock.close()
-        print(f"agentrl serve-reward: cannot listen on {args.host}:{args.port}: {e.strerror} "
-              f"(pass another --port, or --port 0 for a free one)", file=sys.stderr)
+    sock = listen_socket(args.host, args.port, "agentrl serve-reward")
+    if sock is None:
         return 2
     config = ServerConfig(host=args.host, port=sock.getsockname()[1], token=args.token or None,
                           workers=args.workers, max_body_bytes=args.max_body_bytes, item_timeout_s=args.item_timeout,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.env import fixed_tasks, list_envs, make
+from agentrl.episodes import read_eval
 from agentrl.evaluation.metrics import (
     TaskResult,
     evaluate,
@@ -165,3 +166,6 @@ def test_cli_eval_on_benchmark_slices_with_the_tiny_model(tmp_path):
             want = sum(pass_at_k(3, sum(s["correct"]), k) for s in samples) / 2
             assert summary[f"pass@{k}"] == pytest.approx(want)
     assert "maj@3" in report["datasets"]["agentrl/GSM8K-v0"]
+    _, episodes = read_eval(tmp_path)  # the record of every sample behind the numbers (docs/trajectories.md)
+    assert len(episodes) == 2 * 3 * len(envs) and {e.dataset for e in episodes} == set(envs)
+    assert all(e.version == 2 and [s.role for s in e.segments] == ["prompt", "action"] for e in episodes)

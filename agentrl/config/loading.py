@@ -34,7 +34,7 @@ CHOICES = {
     "cluster.mode": ("local", "ray"),
     "cluster.strategy": ("deepspeed", "ddp"),
     "cluster.zero_stage": (0, 1, 2, 3),
-    "cluster.weight_sync": ("auto", "object_store", "nccl"),
+    "cluster.weight_sync": ("auto", "object_store", "nccl", "gloo"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.device": ("auto", "cpu", "cuda"),
 }
@@ -192,9 +192,16 @@ def resolve_auto(cfg: Any) -> Any:
     """Settings whose default depends on others, made explicit (the saved config shows the value):
     ``algo.tis_cap = -1`` becomes 2.0 with ``rollout.async`` and 0 (off) otherwise. (``learner.call_tokens
     = -1`` depends on the model and device, so the learner resolves it; only its range is checked here.)"""
+    for key in ("samples_every", "samples_per_step", "eval_samples"):
+        if getattr(getattr(cfg, "log", None), key, 0) < 0:
+            raise ConfigError(f"log.{key}: expected a count >= 0 (0 = off), got {getattr(cfg.log, key)!r}")
     call_tokens = getattr(getattr(cfg, "learner", None), "call_tokens", -1)
     if call_tokens < -1:
         raise ConfigError(f"learner.call_tokens: expected a token count > 0, 0 (no cap) or -1 (auto), got {call_tokens!r}")
+    cluster = getattr(cfg, "cluster", None)
+    for key in ("sync_timeout_s", "sync_bucket_mb"):
+        if cluster is not None and getattr(cluster, key) <= 0:
+            raise ConfigError(f"cluster.{key}: expected a number > 0, got {getattr(cluster, key)!r}")
     algo = getattr(cfg, "algo", None)
     if algo is None or getattr(algo, "tis_cap", 0.0) >= 0:
         return cfg

@@ -83,6 +83,14 @@ class EnvConfig:
     step_timeout_s: float = 0.0
     """Deadline of one ``env.step`` in seconds: past it that episode fails (error in its info) and the
     hung worker is replaced (0 = no deadline)."""
+    remote: list[str] = field(default_factory=list)
+    """URLs of ``agentrl serve-env`` servers serving ``env.id``: every episode resets and steps on the least
+    loaded healthy one (a failed reset is retried on another; an episode whose server dies fails and leaves
+    the loss). ``env.id`` is still built here for its tasks. Empty: episodes run in this process."""
+    remote_token: str = ""
+    """Bearer token of the ``env.remote`` servers (empty: $AGENTRL_ENV_TOKEN, or none)."""
+    remote_retries: int = 3
+    """Other servers a failed reset is retried on."""
 
 
 @dataclass(frozen=True)
@@ -295,7 +303,11 @@ class ClusterConfig:
     offload_params: bool = False
     """DeepSpeed ZeRO-3: keep parameters in CPU memory."""
     weight_sync: str = "auto"
-    """auto (nccl on GPU, object_store on CPU) | object_store | nccl."""
+    """auto (nccl on whole GPUs, gloo on shared ones, object_store on CPU) | object_store | nccl | gloo (NCCL's protocol via host memory)."""
+    sync_timeout_s: float = 300.0
+    """nccl | gloo: seconds a weight-sync peer may take to join the group (gloo: also each broadcast) before the run fails."""
+    sync_bucket_mb: float = 256.0
+    """nccl | gloo: MB per broadcast (consecutive weights flattened into one bucket)."""
     colocate: bool = False
     """GPU: engines sleep while the policy trains and ZeRO-3 states are offloaded while engines generate."""
 
@@ -317,9 +329,16 @@ class LogConfig:
     eval_greedy: bool = True
     """Evaluate with greedy decoding."""
     samples_every: int = 10
-    """Append a few training episodes (prompt, response, reward) to ``samples.jsonl`` every N steps (0 = off)."""
+    """Append a few training episodes (tokens, log-probs, rewards, tool calls: docs/trajectories.md) to
+    ``samples.jsonl`` every N steps (0 = off); ``agentrl view`` shows them."""
     samples_per_step: int = 4
-    """Episodes written each time."""
+    """Training episodes written each time (spread over the batch)."""
+    samples_learner_logprobs: bool = True
+    """Score the written training episodes with the learner too (one no-grad forward of those few), so the
+    record holds the learner's log-probs beside the engine's."""
+    eval_samples: int = 4
+    """At every evaluation, append the episodes of the first N held-out tasks (the same tasks each time) to
+    ``samples.jsonl`` (0 = off)."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ def group_options(name: str) -> dict[str, Any]:
 
 def init_ray(cluster: ClusterConfig) -> None:
     """Join ``cluster.address`` or start a local cluster (no-op when Ray is already initialised)."""
+    from agentrl.preflight import require
+
+    require("ray", "cluster.mode=ray")
     import ray
 
     if ray.is_initialized():

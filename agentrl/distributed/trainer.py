@@ -4,7 +4,7 @@ Only wiring changes: ``build_*`` return handles (:mod:`agentrl.distributed.proxi
 interfaces the stages already call, so ``Trainer.step`` runs unchanged — tasks, rollout on the
 engine fleet, reward model, experience, reference / critic / old log-probs, advantages, update on
 the policy ranks, weight sync. Two stages have a distributed implementation: ``sync_weights``
-(policy rank 0 -> object store -> engines, or NCCL on GPU; timed as ``time/sync`` every step) and
+(policy rank 0 -> object store -> engines, or a bucketed NCCL / gloo broadcast; timed as ``time/sync`` every step) and
 ``save`` (the driver's copy of the policy is refreshed from rank 0 first). The driver keeps the
 environments, the executor and a CPU copy of the policy for checkpoints; with ``cluster.env_workers.num``
 the executor runs in env-worker actors instead. With ``rollout.async`` the engines are versioned actors
@@ -130,7 +130,10 @@ class RayTrainer(Trainer):
         if self.cfg.rollout.async_:  # weights go through the object store, loaded between engine requests
             self.versions = async_ray.RemoteVersions(policy.group, self.engine.group)  # engines at version 0
         else:
-            self._weight_sync = WeightSync(policy.group, self.engine.group, self.cfg.cluster.weight_sync)
+            c = self.cfg.cluster
+            self._weight_sync = WeightSync(policy.group, self.engine.group, c.weight_sync, timeout_s=c.sync_timeout_s,
+                                           bucket_bytes=int(c.sync_bucket_mb * 2**20),
+                                           shared_gpus=0 < c.policy.gpus < 1 or 0 < c.engines.gpus < 1)
         return policy
 
     def build_reward_model(self) -> Any:

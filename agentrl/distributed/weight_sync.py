@@ -7,9 +7,13 @@
   reload (``VLLMEngine.load_weights`` over an iterator) runs in a thread and consumes the buckets as
   they arrive, so producing, transferring and reloading overlap. The driver never holds the
   weights. Each push logs its bytes, seconds and the engines' own reload seconds.
-- **NCCL** (GPU): a stateless NCCL group of policy rank 0 (group rank 0) and every vLLM worker
-  (ranks 1..); rank 0 broadcasts parameter by parameter while the engines receive into fresh
-  tensors and reload once (``agentrl.rollout.engines.vllm_worker``). Needs vLLM on the policy nodes.
+- **collective** (``nccl`` on GPU, ``gloo`` on CPU): a group of policy rank 0 (group rank 0) and every
+  engine worker (ranks 1..), formed once with a timeout (a peer that never joins fails the run in one
+  line instead of hanging); each push broadcasts flat buckets of ``cluster.sync_bucket_mb`` (one
+  broadcast per bucket) that the engines reload from as they arrive. The protocol and its two
+  transports are :mod:`agentrl.rollout.engines.weight_protocol`; the gloo transport runs the same code
+  on CPU, so CI exercises the GPU path's logic. NCCL needs vLLM on the policy nodes and each rank on
+  its own GPU.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from agentrl.distributed.strategies.base import Strategy
 
 BUCKET_BYTES = 64 << 20
 log = logging.getLogger(__name__)
@@ -116,52 +118,36 @@ class StreamingReload:
         return {"bytes": float(self._bytes), "seconds": total, "reload_s": total - self._waited}
 
 
-def nccl_group(host: str, port: int, rank: int, world_size: int) -> Any:
-    """A vLLM ``PyNcclCommunicator`` over a stateless group (does not touch ``torch.distributed``)."""
-    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-    from vllm.distributed.utils import StatelessProcessGroup
-
-    group = StatelessProcessGroup.create(host=host, port=port, rank=rank, world_size=world_size)
-    return PyNcclCommunicator(group, device=torch.cuda.current_device())
-
-
-def broadcast_parameters(strategy: Strategy, comm: Any) -> None:
-    """Iterate the parameters on every rank (ZeRO-3 gather); the rank holding ``comm`` broadcasts."""
-    stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
-    for _, t in strategy.engine_weights():  # LoRA: merged
-        if comm is not None:
-            comm.broadcast(t.contiguous(), src=0, stream=stream)
-    if comm is not None:
-        torch.cuda.synchronize()
-
-
 class WeightSync:
     """Connects a policy group to engine workers; ``push()`` returns the seconds it took."""
 
-    def __init__(self, policy: Any, engines: Any, mode: str = "auto") -> None:
+    def __init__(self, policy: Any, engines: Any, mode: str = "auto", *, timeout_s: float = 300.0,
+                 bucket_bytes: int = BUCKET_BYTES, shared_gpus: bool = False) -> None:
         import ray
 
         self.policy, self.engines = policy, engines
         self.last: dict[str, float] = {}
-        if mode == "auto":
-            mode = "nccl" if torch.cuda.is_available() or _cluster_has_gpus() else "object_store"
+        if mode == "auto":  # NCCL refuses two ranks on one GPU: fractional GPUs sync through host memory (gloo)
+            on_gpus = torch.cuda.is_available() or _cluster_has_gpus()
+            mode = ("gloo" if shared_gpus else "nccl") if on_gpus else "object_store"
         self.mode = mode
-        if mode == "nccl":
+        if mode in ("nccl", "gloo"):
             host, port = ray.get(policy.actors[0].address.remote())
-            world = 1 + len(engines.actors)  # one vLLM worker per engine (tensor_parallel_size 1)
-            ray.get([policy.actors[0].init_nccl.remote(host, port, world)]
-                    + [e.init_nccl.remote(host, port, 1 + i, world) for i, e in enumerate(engines.actors)])
-            self.specs = ray.get(policy.call_async("weight_specs"))[0]
+            world = 1 + len(engines.actors)  # one worker per engine (tensor_parallel_size 1)
+            _get(policy.call_async("connect_weight_sync", mode, host, port, world, timeout_s, bucket_bytes)
+                 + [e.connect_weight_sync.remote(mode, host, port, 1 + i, world, timeout_s)
+                    for i, e in enumerate(engines.actors)])
 
     def push(self) -> float:
         """One sync; returns its seconds (``last`` holds bytes, seconds and the engines' reload seconds)."""
         import ray
 
         start = time.perf_counter()
-        if self.mode == "nccl":
-            receiving = self.engines.call_async("receive_nccl", self.specs)
-            ray.get(self.policy.call_async("broadcast_nccl") + receiving)
-            self.last = {"seconds": time.perf_counter() - start}
+        if self.mode in ("nccl", "gloo"):
+            receiving = self.engines.call_async("receive_weights")
+            sent = [r for r in _get(self.policy.call_async("send_weights") + receiving)[:len(self.policy.actors)]
+                    if r is not None][0]
+            self.last = {"seconds": time.perf_counter() - start, "bytes": sent["bytes"], "buckets": sent["buckets"]}
             return self.last["seconds"]
         gens = [a.weight_buckets.options(num_returns="streaming").remote() for a in self.policy.actors]
         ray.get(self.engines.call_async("begin_load"))
@@ -179,6 +165,20 @@ class WeightSync:
         log.info("weight sync: %.1f MB in %.3f s (engine reload %.3f s)", self.last["bytes"] / 2**20, seconds,
                  self.last["engine_reload_s"])
         return seconds
+
+
+def _get(refs: list[Any]) -> list[Any]:
+    """``ray.get``; an actor's ``WeightSyncError`` comes back as itself, with its one-line message."""
+    import ray
+
+    from agentrl.rollout.engines.weight_protocol import WeightSyncError
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, WeightSyncError):
+            raise WeightSyncError(str(e.cause)) from e
+        raise
 
 
 def _cluster_has_gpus() -> bool:

@@ -39,7 +39,6 @@ class PolicyWorker:
     def __init__(self, cfg: RunConfig, model_path: str, *, rank: int, world_size: int, threads: int) -> None:
         _setup_process(threads)
         self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
-        self._nccl: Any = None
 
     def address(self) -> tuple[str, int]:
         return free_address()
@@ -104,22 +103,26 @@ class PolicyWorker:
             return
         yield from to_buckets(named, getattr(torch, self.cfg.model.dtype), copy=False)
 
-    def weight_specs(self) -> list[tuple[str, str, tuple[int, ...]]]:
-        """``(name, dtype, shape)`` of every parameter, for the NCCL receivers."""
-        return [(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in self.strategy.engine_weights()]
+    def connect_weight_sync(self, kind: str, host: str, port: int, world_size: int, timeout_s: float,
+                            bucket_bytes: int) -> None:
+        """Every rank lists the weights (ZeRO-3 gathers collectively); rank 0 joins the collective weight-sync
+        group as its rank 0 (``agentrl.rollout.engines.weight_protocol``) and sends the manifest."""
+        from agentrl.rollout.engines.weight_protocol import WeightSender, connect, weight_specs
 
-    def init_nccl(self, host: str, port: int, world_size: int) -> None:
-        """Rank 0 only: join the weight-sync NCCL group as its rank 0 (GPU)."""
+        specs = weight_specs(self.strategy.engine_weights(), getattr(torch, self.cfg.model.dtype))
         if self.rank == 0:
-            from agentrl.distributed.weight_sync import nccl_group
+            device = self.strategy.device if kind == "nccl" else None
+            self._sender = WeightSender(connect(kind, host, port, 0, world_size, timeout_s=timeout_s, device=device),
+                                        specs, bucket_bytes)
 
-            self._nccl = nccl_group(host, port, 0, world_size)
-
-    def broadcast_nccl(self) -> None:
-        """Every rank iterates the (gathered) parameters; rank 0 broadcasts them one by one."""
-        from agentrl.distributed.weight_sync import broadcast_parameters
-
-        broadcast_parameters(self.strategy, self._nccl)
+    def send_weights(self) -> dict[str, float] | None:
+        """Every rank iterates the (gathered) weights; rank 0 broadcasts them bucket by bucket."""
+        named = self.strategy.engine_weights()
+        if self.rank == 0:
+            return self._sender.send(named)
+        for _ in named:
+            pass
+        return None
 
     def optimizer_state(self) -> dict[str, Any]:
         return self.strategy.optimizer_state()
@@ -182,11 +185,27 @@ class EngineWorker:
     def wake_up(self) -> None:
         self.engine.wake_up()
 
-    def init_nccl(self, host: str, port: int, rank_offset: int, world_size: int) -> None:
-        self.engine.collective_rpc("agentrl_init_nccl", host, port, rank_offset, world_size)
+    def connect_weight_sync(self, kind: str, host: str, port: int, rank_offset: int, world_size: int,
+                            timeout_s: float) -> None:
+        """Join the collective weight-sync group: a vLLM engine's workers join themselves (rank
+        ``rank_offset`` + theirs); another engine receives here, as rank ``rank_offset``."""
+        if hasattr(self.engine, "connect_weight_sync"):
+            self.engine.connect_weight_sync(kind, host, port, rank_offset, world_size, timeout_s)
+            return
+        from agentrl.rollout.engines.weight_protocol import WeightReceiver, connect
 
-    def receive_nccl(self, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
-        self.engine.collective_rpc("agentrl_receive_nccl", specs)
+        device = getattr(self.engine, "device", None) if kind == "nccl" else None
+        self._receiver = WeightReceiver(connect(kind, host, port, rank_offset, world_size, timeout_s=timeout_s,
+                                                device=device))
+
+    def receive_weights(self) -> None:
+        """One collective sync into the engine (bucket by bucket into its reload)."""
+        if hasattr(self.engine, "receive_weights"):
+            self.engine.receive_weights()
+            return
+        from agentrl.rollout.engines.weight_protocol import receive_into
+
+        receive_into(self._receiver, self.engine.load_weights)
 
 
 class ObjectWorker:

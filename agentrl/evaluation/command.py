@@ -1,5 +1,6 @@
 """``agentrl eval``: evaluate a model (a path, a run directory or a checkpoint) on the configured envs,
-print the per-dataset and per-difficulty tables, and write ``eval.json``."""
+print the per-dataset and per-difficulty tables, and write ``eval.json`` (with the record of every
+episode behind them: docs/trajectories.md)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from typing import Any
 
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.env import fixed_tasks
+from agentrl.episodes import episode_record
 from agentrl.evaluation.metrics import (
     TaskResult,
+    difficulty_of,
     eval_params,
-    evaluate_tasks,
     skipped_metrics,
     summarize,
     tables,
+    task_results,
 )
 from agentrl.models import load_policy
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
@@ -53,22 +56,34 @@ def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> di
     engine = make_engine(cfg, model, tokenizer, path)
     params, n = eval_params(cfg), cfg.eval.n_samples
     results: list[TaskResult] = []
+    episodes: list[dict[str, Any]] = []  # the record of every episode behind the numbers (docs/trajectories.md)
     for env_id in cfg.eval.envs or [cfg.env.id]:
         kwargs = ({**cfg.env.kwargs, **cfg.env.eval_kwargs} if env_id == cfg.env.id
                   else cfg.eval.env_kwargs.get(env_id, cfg.env.eval_kwargs))
         env = make_env(replace(cfg, env=replace(cfg.env, id=env_id, kwargs=dict(kwargs))))
         executor = make_executor(cfg, env, engine, tokenizer)
         tasks = fixed_tasks(env, cfg.eval.max_tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
-        results += evaluate_tasks(executor, tasks, params, n, dataset=env_id)
+        trajs = executor.run(tasks, n_samples=n, params=params)
+        results += task_results(tasks, trajs, n, env_id)
+        episodes += [episode_record(t, tokenizer, split="eval", dataset=env_id,
+                                    difficulty=difficulty_of(tasks[i // n])).to_dict() for i, t in enumerate(trajs)]
     report = {"model": str(path), "envs": cfg.eval.envs or [cfg.env.id], "n_samples": n, "k": list(cfg.eval.k),
               "sampling": asdict(params), "overall": summarize(results, cfg.eval.k),
               "skipped": skipped_metrics(results, cfg.eval.k), **tables(results, cfg.eval.k),
-              "samples": [asdict(r) for r in results]}
+              "samples": [asdict(r) for r in results], "episodes": episodes}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eval.json").write_text(json.dumps(report, indent=1))
+    (out / "eval.json").write_text(report_json(report), encoding="utf-8")
     print_tables(report)
     return report
+
+
+def report_json(report: dict[str, Any]) -> str:
+    """``eval.json`` text: the report indented, each of its ``episodes`` on one line."""
+    rest = {k: v for k, v in report.items() if k != "episodes"}
+    head = json.dumps(rest, indent=1)[:-2]  # without the closing "\n}"
+    episodes = ",\n".join(json.dumps(e, ensure_ascii=False) for e in report.get("episodes", []))
+    return f'{head},\n "episodes": [\n{episodes}\n ]\n}}\n'
 
 
 def print_tables(report: dict[str, Any]) -> None:

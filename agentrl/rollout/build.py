@@ -21,7 +21,25 @@ def make_env(cfg: RunConfig, overrides: dict[str, Any] | None = None) -> TextEnv
     env = make(cfg.env.id, **{**cfg.env.kwargs, **(overrides or {})})
     if cfg.reward.fn:
         with_reward_fn(env, cfg.reward.fn)
+    if cfg.env.remote:
+        env = remote_env(cfg, env)
     return env
+
+
+def remote_env(cfg: RunConfig, env: TextEnv) -> TextEnv:
+    """``env`` with its episodes run on the ``env.remote`` servers (checked: reachable, serving ``env.id``)."""
+    import os
+
+    from agentrl.rollout.remote_env import EnvServerPool, RemoteEnv
+
+    if cfg.reward.fn:
+        raise EnvError("reward.fn replaces the env's score in this process; with env.remote the servers score "
+                       "(give the reward to their env instead)")
+    pool = EnvServerPool(list(cfg.env.remote), token=cfg.env.remote_token or os.environ.get("AGENTRL_ENV_TOKEN"),
+                         env_id=cfg.env.id, timeout_s=cfg.env.step_timeout_s or 300.0,
+                         retries=cfg.env.remote_retries)
+    pool.check()
+    return RemoteEnv(env, pool)
 
 
 def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
@@ -111,7 +129,7 @@ def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> 
         return RawFeedbackExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                                    chat_template=cfg.rollout.chat_template,
                                    max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg))
-    if getattr(env, "max_turns", 1) > 1:
+    if getattr(env, "max_turns", 1) > 1 or getattr(env, "remote_episodes", False):  # an episode per env copy
         from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
         return MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,

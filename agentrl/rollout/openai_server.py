@@ -3,7 +3,8 @@
 ``PolicyServer(engine, tokenizer, params)`` listens on ``127.0.0.1`` (a free port) in a uvicorn
 thread. Each episode has its own base URL, ``http://127.0.0.1:PORT/ep/<id>/v1``, which an agent
 passes to ``openai.OpenAI(base_url=...)``; ``POST .../chat/completions`` and ``.../completions``
-answer as OpenAI's API does (``choices[0].message.content`` / ``choices[0].text``, ``usage``).
+answer as OpenAI's API does (``choices[0].message.content`` / ``choices[0].text``, ``usage``); with
+``"stream": true`` as server-sent events (the whole completion in one chunk, then ``[DONE]``).
 
 **Token-exact recording.** Every completion of an episode continues the episode's context: the
 exact ids of its first prompt, of every generation (``Segment(is_action=True)`` with the engine's
@@ -65,6 +66,21 @@ def _content(m: dict[str, Any]) -> str:
     if isinstance(c, list):  # OpenAI content parts
         return "".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
     return str(c)
+
+
+def _sse(head: dict[str, Any], kind: str, usage: dict[str, int], body: dict[str, Any],
+         content: list[dict[str, Any]], end: list[dict[str, Any]]) -> Any:
+    """A ``stream: true`` answer as OpenAI's server-sent events: the whole completion in one chunk, a
+    closing chunk with the finish reason, a usage chunk when ``stream_options.include_usage``, ``[DONE]``."""
+    import json
+
+    from fastapi.responses import StreamingResponse
+
+    chunks = [{**head, "object": kind, "choices": content}, {**head, "object": kind, "choices": end}]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**head, "object": kind, "choices": [], "usage": usage})
+    events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return StreamingResponse(iter([events.encode()]), media_type="text/event-stream")
 
 
 class PolicyServer:
@@ -230,7 +246,7 @@ class PolicyServer:
             return {"prompt_tokens": n_prompt, "completion_tokens": n_gen, "total_tokens": n_prompt + n_gen}
 
         @app.post("/ep/{eid}/v1/chat/completions")
-        async def chat(eid: str, request: Request) -> dict[str, Any]:
+        async def chat(eid: str, request: Request) -> Any:
             body = await request.json()
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -239,13 +255,17 @@ class PolicyServer:
             ep = self.episodes.get(eid)
             if ep is not None:
                 ep.messages = [dict(m) for m in messages] + [{"role": "assistant", "content": text}]
-            return {"id": f"chatcmpl-{eid}-{n_prompt}", "object": "chat.completion", "created": int(time.time()),
-                    "model": self.model_name, "usage": usage(n_prompt, n_gen),
+            head = {"id": f"chatcmpl-{eid}-{n_prompt}", "created": int(time.time()), "model": self.model_name}
+            if body.get("stream"):
+                return _sse(head, "chat.completion.chunk", usage(n_prompt, n_gen), body,
+                            [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}],
+                            [{"index": 0, "delta": {}, "finish_reason": finish}])
+            return {**head, "object": "chat.completion", "usage": usage(n_prompt, n_gen),
                     "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": text}}]}
 
         @app.post("/ep/{eid}/v1/completions")
-        async def completions(eid: str, request: Request) -> dict[str, Any]:
+        async def completions(eid: str, request: Request) -> Any:
             body = await request.json()
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
@@ -254,8 +274,12 @@ class PolicyServer:
             ep = self.episodes.get(eid)
             if ep is not None:
                 ep.text = prompt + text
-            return {"id": f"cmpl-{eid}-{n_prompt}", "object": "text_completion", "created": int(time.time()),
-                    "model": self.model_name, "usage": usage(n_prompt, n_gen),
+            head = {"id": f"cmpl-{eid}-{n_prompt}", "created": int(time.time()), "model": self.model_name}
+            if body.get("stream"):
+                return _sse(head, "text_completion", usage(n_prompt, n_gen), body,
+                            [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}],
+                            [{"index": 0, "text": "", "finish_reason": finish, "logprobs": None}])
+            return {**head, "object": "text_completion", "usage": usage(n_prompt, n_gen),
                     "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]}
 
         @app.get("/ep/{eid}/v1/models")

@@ -1,4 +1,4 @@
-"""Metrics of a batch of episodes, logged every step."""
+"""Metrics of a batch of episodes and of its experience, logged every step."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from collections import Counter
 
 import numpy as np
 
+from agentrl.algorithms import correction_weights, mismatch_metrics, staleness_metrics
+from agentrl.config import AlgoConfig
+from agentrl.training.experience import Experience
 from agentrl.types import Trajectory
 
 END_REASONS = ("terminated", "env_truncated", "max_turns", "turn_budget", "episode_budget", "failed")
@@ -41,3 +44,14 @@ def end_reason(t: Trajectory) -> str:
     if t.info.get("failed"):
         return "failed"
     return "turn_budget" if t.truncated else "terminated"
+
+
+def offpolicy_metrics(exp: Experience, version: int, algo: AlgoConfig) -> dict[str, float]:
+    """``staleness/*`` (policy versions behind the learner's ``version``) and ``mismatch/*`` (engine vs
+    learner log-probs, the correction's weights) of a batch."""
+    out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, version)
+    if exp.old_logprobs is not None and exp.engine_logprobs is not None:
+        w = correction_weights(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, tis_cap=algo.tis_cap,
+                               mis_low=algo.mis_low, mis_high=algo.mis_high)
+        out.update(mismatch_metrics(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, w))
+    return out

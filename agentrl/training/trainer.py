@@ -24,22 +24,20 @@ from agentrl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     compute_advantages,
-    correction_weights,
     kl_penalty,
     masked_mean,
-    mismatch_metrics,
-    staleness_metrics,
 )
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
-from agentrl.evaluation.metrics import eval_params, evaluate
+from agentrl.episodes import truncate_samples
+from agentrl.evaluation.metrics import eval_params, summarize, task_results
 from agentrl.models import load_policy
 from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
 from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
-from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics, write_samples
+from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics
 from agentrl.training.experience import Experience
 from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import (
@@ -50,7 +48,8 @@ from agentrl.training.lora import (
     plain_copy,
     policy_weights,
 )
-from agentrl.training.metrics import rollout_metrics
+from agentrl.training.metrics import offpolicy_metrics, rollout_metrics
+from agentrl.training.samples import SampleLog
 from agentrl.training.scoring import remote_reward_client, reward_model_scorer, score_remote, score_unverified
 from agentrl.training.signals import stop_on_sigterm
 from agentrl.training.tasks import TaskSource, seed_everything
@@ -87,6 +86,7 @@ class Trainer:
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
         self.learner = self.build_learner()
+        self.samples = SampleLog(self.run_dir, cfg.log, self.tokenizer)  # episodes kept in samples.jsonl
         a = cfg.algo
         self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.kl_coef))
@@ -201,17 +201,6 @@ class Trainer:
             eps=a.adv_eps)
         return metrics
 
-    def offpolicy_metrics(self, exp: Experience) -> dict[str, float]:
-        """``staleness/*`` (policy versions behind the learner) and ``mismatch/*`` (engine vs learner
-        log-probs, the correction's weights) of the batch."""
-        out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, self.version)
-        if exp.old_logprobs is not None and exp.engine_logprobs is not None:
-            a = self.cfg.algo
-            w = correction_weights(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, tis_cap=a.tis_cap,
-                                   mis_low=a.mis_low, mis_high=a.mis_high)
-            out.update(mismatch_metrics(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, w))
-        return out
-
     def update(self, exp: Experience) -> dict[str, float]:
         """Policy update; the adaptive KL coefficient follows the batch's KL."""
         metrics = {k if k.startswith("mismatch/") else f"loss/{k}": v
@@ -239,14 +228,15 @@ class Trainer:
         made = self.rollouts.next(self.version)  # produce() now, or the batch the rollout worker made ahead
         batch, trajs, metrics, self.tasks_state = made.batch, made.generated, dict(made.metrics), made.tasks_state
         metrics["tasks/drawn"] = float(self.tasks_state["drawn"])  # tasks behind this batch, cumulative
-        write_samples(self.run_dir, self.step_idx + 1, trajs, self.tokenizer, self.cfg.log)
+        with t("samples"):  # every log.samples_every steps: a few episodes, scored by the learner before its update
+            self.samples.train(self.step_idx + 1, trajs, self.version, self.learner)
         with t("experience"):
             exp = self.make_experience(batch)
         metrics.update(rollout_metrics(trajs))
         if exp is not None:
             with t("reference"):
                 self.reference_and_values(exp)
-                metrics.update(self.offpolicy_metrics(exp))
+                metrics.update(offpolicy_metrics(exp, self.version, self.cfg.algo))
             with t("advantages"):
                 metrics.update(self.advantages(exp))
             with t("update"):
@@ -266,11 +256,14 @@ class Trainer:
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was."""
+        """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was.
+        The episodes of the first ``log.eval_samples`` tasks go to samples.jsonl."""
         e = self.cfg.eval
         with torch.random.fork_rng():
             torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
-            metrics = evaluate(self.eval_executor, self.eval_tasks, eval_params(self.cfg), e.n_samples, e.k)
+            trajs = self.eval_executor.run(self.eval_tasks, n_samples=e.n_samples, params=eval_params(self.cfg))
+        self.samples.eval(self.step_idx, self.eval_tasks, trajs, e.n_samples, self.version)
+        metrics = summarize(task_results(self.eval_tasks, trajs, e.n_samples, "eval"), e.k)
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     def fit(self) -> dict[str, Any]:
@@ -362,6 +355,7 @@ class Trainer:
         self.step_idx, self.last_metrics = state["step"], state.get("metrics", {})
         self.version = self.step_idx
         ckpt.truncate_metrics(self.run_dir, self.step_idx)  # rows the crashed run wrote after this checkpoint
+        truncate_samples(self.run_dir, self.step_idx)  # and its episode records
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
 

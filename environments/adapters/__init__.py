@@ -7,7 +7,12 @@ Env ids with a framework prefix (registered at plugin load by :func:`register_fa
 - ``reasoning_gym:NAME`` — a reasoning-gym procedural dataset (:mod:`.reasoning_gym`);
 - ``skyrl:module:Class`` or ``skyrl:path/env.py:Class`` — a SkyRL-gym ``BaseTextEnv`` (:mod:`.skyrl`);
 - ``agent:path/agent.py:FUNCTION`` — a black-box agent written against the ``openai`` client
-  (:mod:`.blackbox`).
+  (:mod:`.blackbox`);
+- ``harbor:PATH`` — Harbor task directories, an agent in a computer with tools (:mod:`environments.harbor`).
+- ``openenv:URL``, ``openenv:module:app``, ``openenv:docker:IMAGE`` — an OpenEnv server's env
+  (:mod:`.openenv`);
+- ``verifiers:NAME_OR_PATH`` — a verifiers taskset run by its own loop on the policy's endpoint
+  (:mod:`.verifiers`).
 
 Reward functions of OpenRLHF, verl and TRL are adapted in :mod:`rewards.foreign` (``reward.fn``).
 """
@@ -18,6 +23,9 @@ FAMILIES: dict[str, tuple[str, str | None]] = {
     "reasoning_gym": ("environments.adapters.reasoning_gym:make_env", "environments.adapters.reasoning_gym:list_ids"),
     "skyrl": ("environments.adapters.skyrl:make_env", None),
     "agent": ("environments.adapters.blackbox:make_env", None),
+    "harbor": ("environments.harbor:make_env", None),
+    "openenv": ("environments.adapters.openenv:make_env", None),
+    "verifiers": ("environments.adapters.verifiers:make_env", None),
 }
 
 

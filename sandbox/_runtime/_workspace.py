@@ -35,7 +35,7 @@ import time
 import _ws_files as files  # type: ignore[import-not-found]
 from _ws_common import parent_of, processes, read_frame, write_frame  # type: ignore[import-not-found]
 
-if sys.argv[1:2] == ["local"]:
+if sys.argv[1:2] in (["local"], ["zygote"]):
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
 
 STATE = "/run/agentrl"
@@ -394,7 +394,16 @@ def main() -> None:
     mode = sys.argv[1]
     if mode == "watch":
         watch(float(sys.argv[2]))
-        return
+    elif mode == "zygote":
+        import _ws_zygote  # type: ignore[import-not-found]
+
+        _ws_zygote.serve_forks(int(sys.argv[2]), lambda: run("local"))
+    else:
+        run(mode)
+
+
+def run(mode: str) -> None:
+    """Serve one workspace on stdin/stdout (``local``: after building its walls; ``container``)."""
     cfg = read_frame(0)
     if cfg is None:
         return

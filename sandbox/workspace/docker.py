@@ -30,8 +30,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
 import threading
+import time
 from typing import Any
 
 from .base import BuildError, Tree, WorkspaceError, WorkspaceSpec
@@ -122,12 +124,22 @@ class DockerWorkspace(RuntimeWorkspace):
              "container"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
 
     def _teardown(self) -> None:
-        if self.container is not None:
+        """Remove the container and wait until it is gone (its auto-removal may be under way)."""
+        import docker
+
+        if self.container is None:
+            return
+        cid, self.container = self.container.id, None
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
             try:
-                self.container.remove(force=True)
-            except Exception:  # noqa: BLE001 - auto-removed already
+                self.client.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError:  # "removal already in progress": wait for it
                 pass
-            self.container = None
+            time.sleep(0.05)
+        log.warning("workspace container %s was not removed within 30 s", cid[:12])
 
 
 def _fsize(storage_mb: int) -> Any:
@@ -150,7 +162,8 @@ def image_for(client: Any, spec: WorkspaceSpec) -> str:
         if parsed_from not in _warned:
             _warned.add(parsed_from)
             print(f"agentrl: image {parsed_from} is not available locally (no registry here); building "
-                  f"{spec.name}'s Dockerfile on {base}, a Debian image made from this host's packages", flush=True)
+                  f"{spec.name}'s Dockerfile on {base}, a Debian image made from this host's packages",
+                  file=sys.stderr, flush=True)  # stdout is the caller's (agentrl tasks check --json)
         text = _replace_from(text, base)
     tag = "agentrl-task:" + _context_hash(spec.context, text)
     with _build_lock:

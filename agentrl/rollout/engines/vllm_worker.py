@@ -8,13 +8,14 @@ called by name through ``LLM.collective_rpc`` (no pickled functions needed):
   embeddings (``lm_head.*`` is skipped by the loader and the old tensor put back; on CPU its packed
   GEMM too), so the tie is restored and the head re-packed afterwards; without that, the engine's
   logits drift from the trainer's after the first sync.
-- ``agentrl_init_nccl`` / ``agentrl_receive_nccl``: GPU only. Join a stateless NCCL group with the
-  policy's rank 0 (rank 0 in that group; engine workers follow) and receive a broadcast parameter by
-  parameter, then reload once.
+- ``agentrl_sync_connect`` / ``agentrl_sync_receive``: join the collective weight-sync group
+  (``agentrl.rollout.engines.weight_protocol``: NCCL on GPU, gloo on CPU) as rank ``rank_offset + this
+  worker's rank`` and receive one sync, bucket by bucket, straight into the in-place reload.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -38,27 +39,26 @@ def retie_embeddings(model: Any) -> None:
 class WeightSyncExtension:
     """Mixed into vLLM's worker class: ``self`` is the worker (``self.model_runner``, ``self.device``)."""
 
-    def agentrl_reload(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        """Reload in place from ``(name, tensor)`` pairs with HF state-dict names."""
+    def agentrl_reload(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Reload in place from ``(name, tensor)`` pairs with HF state-dict names (any iterable: consumed once)."""
+        if not hasattr(self, "reload_weights"):
+            raise RuntimeError(f"this vLLM worker ({type(self).__name__}) has no reload_weights: agentrl needs "
+                               "vllm>=0.32,<0.34 (agentrl.preflight.SUPPORTED)")
         self.reload_weights(weights_iterator=weights)
         retie_embeddings(self.model_runner.get_model())
 
-    def agentrl_init_nccl(self, host: str, port: int, rank_offset: int, world_size: int) -> None:
-        """Join the weight-sync NCCL group as rank ``rank_offset + <this worker's rank>``."""
-        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-        from vllm.distributed.parallel_state import get_world_group
-        from vllm.distributed.utils import StatelessProcessGroup
+    def agentrl_sync_connect(self, kind: str, host: str, port: int, rank_offset: int, world_size: int,
+                             timeout_s: float) -> None:
+        """Join the weight-sync group as rank ``rank_offset + <this worker's rank>`` and read the manifest."""
+        from agentrl.rollout.engines.weight_protocol import WeightReceiver, connect
 
-        rank = get_world_group().rank + rank_offset
-        group = StatelessProcessGroup.create(host=host, port=port, rank=rank, world_size=world_size)
-        self._agentrl_nccl = PyNcclCommunicator(group, device=self.device)
+        device = self.device if kind == "nccl" else None
+        transport = connect(kind, host, port, getattr(self, "rank", 0) + rank_offset, world_size, timeout_s=timeout_s,
+                            device=device)
+        self._agentrl_receiver = WeightReceiver(transport)
 
-    def agentrl_receive_nccl(self, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
-        """Receive one broadcast per ``(name, dtype, shape)`` from group rank 0, then reload."""
-        received = []
-        for name, dtype, shape in specs:
-            t = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-            self._agentrl_nccl.broadcast(t, src=0, stream=torch.cuda.current_stream())
-            received.append((name, t))
-        torch.cuda.current_stream().synchronize()
-        self.agentrl_reload(received)
+    def agentrl_sync_receive(self) -> None:
+        """One sync: the buckets go into the reload as they arrive (what it leaves is still received)."""
+        from agentrl.rollout.engines.weight_protocol import receive_into
+
+        receive_into(self._agentrl_receiver, self.agentrl_reload)

@@ -24,7 +24,8 @@ out, or whose next feedback would not fit, ends with ``truncated=True``. Without
 only the action tokens are counted, ``max_new_tokens * max_turns``, so every turn fits. An episode
 that reaches ``max_turns`` (``env.max_turns``) without the env ending it ends ``truncated=True``.
 ``info["end_reason"]`` says which (see ``agentrl.training.metrics.END_REASONS``); ``info["turns"]``
-counts the policy's turns.
+counts the policy's turns; ``info["tool_calls"]`` keeps the tool calls an env reports in its step's
+``info["calls"]`` (each with its ``turn``).
 
 **Rewards.** ``turn_rewards`` holds every ``env.step`` reward; the episode's ``reward`` is their
 sum (Gymnasium's return). Our multi-turn envs give 0 until the final turn.
@@ -35,8 +36,13 @@ threads; an ``async def step`` on its event loop), each under the pool's deadlin
 batch continuously: every episode whose env has answered goes back to the engine in one
 ``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
 a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True`` and the
-error text in ``info["error"]``. ``info["action_versions"]`` holds the policy version of each
+error text in ``info["error"]``; so does a step whose info says ``failed`` (an env whose grader could not
+run: an infrastructure failure, not a 0). ``info["action_versions"]`` holds the policy version of each
 turn's engine (``engine.version``, asynchronous runs), when it has one.
+
+**The env's record.** The keys of a step's ``info["trajectory_info"]`` (a dict) are copied into the
+trajectory's ``info``: an env keeps there what a reader of the episode needs beyond its tokens (a
+workspace env: ``commands``, ``outputs``, ``diff``, ``verifier``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,10 @@ from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
 _MARK = "<<agentrl-observation>>"
+
+
+class EnvFailed(RuntimeError):
+    """An env's step said the episode failed (``info["failed"]``, the reason in ``info["error"]``)."""
 
 
 @dataclass
@@ -168,7 +178,9 @@ class MultiTurnExecutor:
             ep = Episode(env, task, group_id, prompt)
             self._fail(ep, e)
             return ep
-        return Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None})
+        info = {"responses": [], "finish_reason": None, **({"env_server": info["env_server"]}
+                                                               if "env_server" in info else {})}
+        return Episode(env, task, group_id, prompt, info=info)
 
     def _act(self, e: Episode, comp: Completion, limit: int, budget: int, version: int | None
              ) -> tuple[list[int], str]:
@@ -193,11 +205,19 @@ class MultiTurnExecutor:
         except Exception as exc:  # the env raised or ran past its deadline
             self._fail(e, exc)
             return
+        e.info.update(step_info.get("trajectory_info") or {})  # the env's record of the episode
+        if step_info.get("failed"):  # the env could not score the episode (its grader failed): not a 0
+            self._fail(e, EnvFailed(step_info.get("error") or "the env marked the episode failed"))
+            return
         e.turn_rewards.append(float(reward))
         e.info.update(verified=step_info.get("verified", True),
                       reward_components=dict(step_info.get("reward_components", {})))
         if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
             e.info["parsed"] = step_info["parsed"]
+        if isinstance(step_info.get("calls"), list):  # the turn's tool calls and their results
+            turn = len(e.turn_rewards) - 1
+            e.info.setdefault("tool_calls", []).extend({"turn": turn, **c} for c in step_info["calls"]
+                                                       if isinstance(c, dict))
         if terminated or truncated or out_of_budget or len(e.turn_rewards) >= self.max_turns:
             reason = ("terminated" if terminated else "env_truncated" if truncated
                       else "max_turns" if len(e.turn_rewards) >= self.max_turns else "episode_budget")

@@ -5,8 +5,11 @@ Token-exact: the prompt ids and the engine's generated ids (with their log-probs
 concurrently on an ``EnvPool`` (each worker thread steps its own copy of the env; an ``async def
 step`` runs on the pool's event loop), each under the pool's deadline. An exception inside the env,
 or a step past its deadline, marks that episode failed (reward 0, ``info["failed"]``, the error in
-``info["error"]``) and the batch goes on. ``info["action_versions"]`` holds the policy version of
-the engine that generated the response (``engine.version``, asynchronous runs), when it has one.
+``info["error"]``) and the batch goes on; so does a step whose info says ``failed``. As in the
+multi-turn executor, the keys of a step's ``info["trajectory_info"]`` go into the trajectory's info
+and its ``info["calls"]`` become ``info["tool_calls"]``. ``info["action_versions"]`` holds the policy
+version of the engine that generated the response (``engine.version``, asynchronous runs), when it
+has one.
 """
 
 from __future__ import annotations
@@ -132,6 +135,12 @@ class SingleTurnExecutor:
                         reward_components=step_info.get("reward_components", {}))
             if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
                 info["parsed"] = step_info["parsed"]
+            info.update(step_info.get("trajectory_info") or {})  # the env's record of the episode
+            if isinstance(step_info.get("calls"), list):  # its tool calls and their results
+                info["tool_calls"] = [{"turn": 0, **c} for c in step_info["calls"] if isinstance(c, dict)]
+            if step_info.get("failed"):  # the env could not score it (its grader failed): not a 0
+                reward = 0.0
+                info.update(failed=True, error=step_info.get("error") or "the env marked the episode failed")
         except Exception as e:  # a crashing env fails this episode, not the batch
             log.warning("env %s raised on task %s: %r", type(self.env).__name__, task.id, e)
             reward, terminated, truncated = 0.0, True, False

@@ -1,0 +1,83 @@
+"""Real servers on loopback for the serving tests: ``agentrl serve-env`` and OpenEnv apps (uvicorn) as
+subprocesses on free ports. Every wait is bounded; each helper ends only the process it started."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SERVE_ENV = "import sys; from agentrl.serving.env_server import cli_main; sys.exit(cli_main(sys.argv[1:]))"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environ() -> dict[str, str]:
+    """This checkout and this folder first on the path (test envs import as ``slow_envs:...``)."""
+    path = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not become healthy in {timeout_s} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
+
+
+@contextmanager
+def serve_env(env_id: str, *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``agentrl serve-env ENV_ID ARGS`` on a free port: (its URL, its process)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_ENV, env_id, "--port", str(port), *args],
+                            cwd=ROOT, env=environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url, proc
+    finally:
+        stop(proc)
+
+
+@contextmanager
+def uvicorn_app(app: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """An ASGI app (``module:app``, found in this folder) under uvicorn on a free port."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                             "--log-level", "warning"], cwd=HERE, env=environ(), stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url, proc
+    finally:
+        stop(proc)
