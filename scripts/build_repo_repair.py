@@ -5,8 +5,8 @@
     python scripts/build_repo_repair.py build      # mutate, validate, write data/repo_repair/tasks.jsonl.gz
     python scripts/build_repo_repair.py check ID.. # rebuild shipped tasks by id and compare them row by row
 
-``build`` takes ``--per-project N`` (tasks per project, default 100), ``--per-function`` (3), ``--seed``
-(0) and ``--jobs``
+``build`` takes ``--per-project N`` (tasks per project, default 100; ``--target NAME=N`` for one),
+``--per-function`` (3), ``--seed`` (0) and ``--jobs``
 (suites run at once, default 2); it needs only the shipped copies, so it runs offline. Every row is
 reproducible: ``check`` rebuilds the named tasks from the shipped copies and exits 1 on any difference.
 """
@@ -61,11 +61,11 @@ def fetch(names: list[str]) -> None:
     PINS.write_text(json.dumps({**old, **pins}, indent=1, sort_keys=True) + "\n")
 
 
-def build(names: list[str], per_project: int, per_function: int, seed: int, jobs: int, out: Path) -> None:
+def build(names: list[str], targets: dict[str, int], per_function: int, seed: int, jobs: int, out: Path) -> None:
     start, rows = time.monotonic(), []
     for name in names:
         t = time.monotonic()
-        got, passing = build_project(PROJECTS[name], seed, per_project, per_function=per_function, jobs=jobs,
+        got, passing = build_project(PROJECTS[name], seed, targets[name], per_function=per_function, jobs=jobs,
                                      log=lambda s: print(s, flush=True))
         pins = json.loads(PINS.read_text())
         pins[name]["passing_tests"] = passing  # what every task's verifier expects to pass
@@ -113,6 +113,7 @@ def main() -> int:
     p.add_argument("ids", nargs="*", help="check: task ids")
     p.add_argument("--projects", nargs="*", default=sorted(PROJECTS), help="default: all")
     p.add_argument("--per-project", type=int, default=100)
+    p.add_argument("--target", action="append", default=[], metavar="NAME=N", help="tasks of one project")
     p.add_argument("--per-function", type=int, default=3, help="tasks per function at most")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2)
@@ -124,7 +125,9 @@ def main() -> int:
     if a.action == "fetch":
         fetch(a.projects)
     elif a.action == "build":
-        build(a.projects, a.per_project, a.per_function, a.seed, a.jobs, a.out)
+        targets = {name: a.per_project for name in a.projects}
+        targets.update({k: int(v) for k, _, v in (t.partition("=") for t in a.target)})
+        build(a.projects, targets, a.per_function, a.seed, a.jobs, a.out)
     else:
         return check(a.ids, a.seed)
     return 0

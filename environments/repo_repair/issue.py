@@ -20,7 +20,7 @@ from environments.repo_repair.projects import PYTHON, Project, mutated_ns, suite
 from environments.repo_repair.snippets import reproduction
 
 PROBE = Path(__file__).resolve().parent / "probe.py"
-MAX_TRIES = 8
+MAX_TRIES = 4
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
