@@ -4,6 +4,7 @@
                                                    # write data/repo_repair/projects/*.tar.gz and licenses/
     python scripts/build_repo_repair.py build      # mutate, validate, write data/repo_repair/tasks.jsonl.gz
     python scripts/build_repo_repair.py check ID.. # rebuild shipped tasks by id and compare them row by row
+    python scripts/build_repo_repair.py merge A B  # one task set from builds of disjoint projects run apart
 
 ``build`` takes ``--per-project N`` (tasks per project, default 100; ``--target NAME=N`` for one),
 ``--per-function`` (3), ``--seed`` (0) and ``--jobs``
@@ -73,10 +74,23 @@ def build(names: list[str], targets: dict[str, int], per_function: int, seed: in
         print(f"{name}: {len(got)} tasks in {time.monotonic() - t:.0f} s", flush=True)
         rows += got
     assign_splits(rows, seed)
+    write_rows(rows, out)
+    print(f"built in {time.monotonic() - start:.0f} s")
+
+
+def merge(paths: list[Path], seed: int, out: Path) -> None:
+    """The rows of several builds (of disjoint projects, e.g. run in parallel) as one task set: the same rows
+    as one build of all of them (projects are built and split independently)."""
+    rows = [r for p in paths for r in load_rows(p)]
+    assign_splits(rows, seed)
+    write_rows(rows, out)
+
+
+def write_rows(rows: list[dict], out: Path) -> None:
     with gzip.GzipFile(out, "wb", mtime=0) as f:
         f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
     splits = {s: sum(r["split"] == s for r in rows) for s in ("train", "test")}
-    print(f"{len(rows)} tasks ({splits}) in {time.monotonic() - start:.0f} s -> {out}")
+    print(f"{len(rows)} tasks ({splits}) -> {out}")
 
 
 def load_rows(path: Path = TASKS) -> list[dict]:
@@ -109,8 +123,8 @@ def check(ids: list[str], seed: int) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("action", choices=["fetch", "build", "check"])
-    p.add_argument("ids", nargs="*", help="check: task ids")
+    p.add_argument("action", choices=["fetch", "build", "check", "merge"])
+    p.add_argument("ids", nargs="*", help="check: task ids; merge: task files")
     p.add_argument("--projects", nargs="*", default=sorted(PROJECTS), help="default: all")
     p.add_argument("--per-project", type=int, default=100)
     p.add_argument("--target", action="append", default=[], metavar="NAME=N", help="tasks of one project")
@@ -128,6 +142,8 @@ def main() -> int:
         targets = {name: a.per_project for name in a.projects}
         targets.update({k: int(v) for k, _, v in (t.partition("=") for t in a.target)})
         build(a.projects, targets, a.per_function, a.seed, a.jobs, a.out)
+    elif a.action == "merge":
+        merge([Path(x) for x in a.ids], a.seed, a.out)
     else:
         return check(a.ids, a.seed)
     return 0

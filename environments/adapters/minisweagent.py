@@ -43,11 +43,10 @@ def quiet_imports() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
     os.environ.setdefault("MSWEA_COST_TRACKING", "ignore_errors")
-    try:
-        import litellm
-    except ImportError:  # mini-swe-agent is not installed: MiniSweAgentEnv says so in one line
-        return
-    litellm.suppress_debug_info = True
+    import sys
+
+    if "litellm" in sys.modules:  # imported lazily by mini-swe-agent's model: set once it is there
+        sys.modules["litellm"].suppress_debug_info = True
 
 
 class WorkspaceEnvironment:
@@ -163,10 +162,14 @@ class MiniSweAgentEnv(TextEnv):
         except ImportError:
             raise EnvError("minisweagent: mini-swe-agent is not installed (pip install 'agentrl[adapters]', which "
                            "pins it)") from None
-        self.inner = make(inner, backend=backend, **inner_kwargs)
+        not_workspace = EnvError(f"minisweagent:{inner}: not a workspace env with Harbor tasks (agentrl/RepoRepair-v0, "
+                                 f"agentrl/Terminal-v0, harbor:PATH)")
+        try:
+            self.inner = make(inner, backend=backend, **inner_kwargs)
+        except EnvError as e:
+            raise not_workspace if "unknown keyword 'backend'" in str(e) else e from None
         if not callable(getattr(self.inner, "harbor_task", None)) or not callable(getattr(self.inner, "verify", None)):
-            raise EnvError(f"minisweagent:{inner}: not a workspace env with Harbor tasks (agentrl/RepoRepair-v0, "
-                           f"agentrl/Terminal-v0, harbor:PATH)")
+            raise not_workspace
         self.config = load_config(config, step_limit, command_timeout_s)
         self.concurrency, self.backend = concurrency, backend
         self.tasks = getattr(self.inner, "tasks", None)
@@ -177,10 +180,12 @@ class MiniSweAgentEnv(TextEnv):
     def agent_program(self, base_url: str, task: Task) -> dict[str, Any]:
         """One mini-swe-agent run on ``task`` against ``base_url``, then the grader on the final tree."""
         quiet_imports()
+        import litellm
         from minisweagent.agents.default import DefaultAgent
         from minisweagent.environments import get_environment
         from minisweagent.models import get_model
 
+        litellm.suppress_debug_info = True
         t = self.inner.harbor_task(task)
         model_cfg = dict(self.config["model"])
         model_cfg["model_kwargs"] = {**model_cfg.get("model_kwargs", {}), "api_base": base_url, "api_key": "agentrl"}

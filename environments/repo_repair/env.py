@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.env import EnvError
+from agentrl.env import TEXT_CHARSET, EnvError
 from agentrl.types import Task
 from environments.generated import BASE_IMAGE, GeneratedEnv, task_toml
 from environments.harbor.task import write_task
@@ -39,6 +39,16 @@ def load_rows(path: Path = TASKS_FILE) -> list[dict[str, Any]]:
     """The shipped task rows (see ``scripts/build_repo_repair.py``)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+_CHARSET = frozenset(TEXT_CHARSET)
+
+
+def in_text_space(text: str) -> str:
+    """``text`` with the characters outside the env's text space (CJK, emoji: a few reproductions of idna's
+    tests hold them) written as Python escapes, which mean the same inside the string literals they are in."""
+    return "".join(c if c in _CHARSET else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+                   for c in text)
 
 
 def test_sh(project: Project) -> str:
@@ -84,7 +94,7 @@ class RepoRepairEnv(GeneratedEnv):
         self.tasks = [self._task(r) for r in rows]
 
     def _task(self, row: dict[str, Any]) -> Task:
-        return Task(id=row["id"], prompt=self.prompt(row["instruction"]), answer=None,
+        return Task(id=row["id"], prompt=self.prompt(in_text_space(row["instruction"])), answer=None,
                     metadata={k: row[k] for k in ("project", "version", "file", "function", "kind", "split")})
 
     def sample_task(self, rng: np.random.Generator) -> Task:

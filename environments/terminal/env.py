@@ -31,7 +31,8 @@ from agentrl.types import Task
 from environments.generated import BASE_IMAGE, GeneratedEnv, task_toml
 from environments.harbor.task import write_task
 from environments.terminal import checks
-from environments.terminal.families import Draw, Generated, load_all
+from environments.terminal.catalog import load_all
+from environments.terminal.families import Draw, Generated
 
 SPLITS = {"train": (0, 80), "dev": (80, 90), "test": (90, 100), "all": (0, 100)}
 TEST_SH = """#!/bin/bash

@@ -114,9 +114,3 @@ def unchanged(files: dict[str, str | bytes], paths: Sequence[str]) -> list[dict[
     """Checks that ``paths`` still hold their original bytes."""
     return [{"kind": "sha256", "path": p, "sha256": sha256(files[p])} for p in paths]
 
-
-def load_all() -> dict[str, FamilyFn]:
-    """Every family (importing the modules that define them registers them)."""
-    from environments.terminal import file_families, repair_families, text_families  # noqa: F401
-
-    return FAMILIES

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import posixpath
 
-from environments.terminal.families import DIRS, EXTS, NOUNS, Draw, Generated, family, level, q, sha256, unchanged
+from environments.terminal.families import (
+    DIRS,
+    EXTS,
+    NOUNS,
+    Draw,
+    Generated,
+    family,
+    level,
+    sha256,
+    unchanged,
+)
 
 
 def spread(draw: Draw, root: str, stems: list[str], exts: list[str], depth: int) -> list[str]:

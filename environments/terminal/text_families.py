@@ -3,7 +3,17 @@ sum a CSV column. Configs and broken scripts are in :mod:`environments.terminal.
 
 from __future__ import annotations
 
-from environments.terminal.families import LEVELS, MESSAGES, NOUNS, USERS, Draw, Generated, family, level, sha256
+from environments.terminal.families import (
+    LEVELS,
+    MESSAGES,
+    NOUNS,
+    USERS,
+    Draw,
+    Generated,
+    family,
+    level,
+    sha256,
+)
 
 
 def log_lines(draw: Draw, n: int, traps: bool) -> list[tuple[str, str]]:

@@ -15,8 +15,9 @@ from wscheck import leftovers
 import agentrl
 from agentrl.env import EnvError
 from environments.terminal import checks
+from environments.terminal.catalog import load_all
 from environments.terminal.env import TerminalEnv, generate, split_of
-from environments.terminal.families import Draw, load_all
+from environments.terminal.families import Draw
 from environments.tool_parsers import render_calls
 
 FAMILIES = list(load_all())
