@@ -43,7 +43,7 @@ class TaskCache:
         self.root = Path(tempfile.mkdtemp(prefix=f"agentrl-{prefix}-"))
         self.capacity = capacity
         self.entries: OrderedDict[str, HarborTask] = OrderedDict()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a task written under it may ask for a shared directory (RepoRepair)
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), True)
 
     def get(self, name: str, write: Callable[[Path], None]) -> HarborTask:
