@@ -33,7 +33,7 @@ install: $(STAMP)
 
 # two OpenMP threads (measured on 2 idle cores: one thread did 1,059 RL steps in the 300 s budget,
 # 0.114 -> 0.766; two ~10% faster per step); with other work on the machine use OMP_NUM_THREADS=1
-# (two threads then stall ~10x: 9.1 vs 0.63 s/step, bench/README.md issue 19)
+# (two threads then stall ~10x: 9.1 vs 0.63 s/step, bench/README.md "CPU demo per step")
 demo: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/agentrl train examples/configs/cpu_demo.yaml --overwrite
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.config.loading import check_model_path
+    from agentrl.models import check_model_source as check_model_path
     from agentrl.preflight import check_machine
     from agentrl.run_dir import prepare_run_dir, run_dir_path
     from agentrl.tracking import check_sinks
@@ -43,8 +43,8 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
-    from agentrl.config.loading import check_model_path
     from agentrl.evaluation.command import run_config_of, run_eval
+    from agentrl.models import check_model_source as check_model_path
 
     overrides = list(args.overrides)
     if args.env:
@@ -108,7 +108,7 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.stages import config as stage_config
 
     module, fn, cls = STAGES[args.command]
-    from agentrl.config.loading import check_model_path
+    from agentrl.models import check_model_source as check_model_path
     from agentrl.run_dir import prepare_run_dir, run_dir_path
 
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--config", default=None, help="YAML config (sampling, eval section); optional")
     v.add_argument("--model", default=None, help="HF dir, hub id, run or checkpoint dir, or 'tiny' (default model.path)")
     v.add_argument("--env", action="append", default=[], metavar="ENV_ID", help="env id (repeatable)")
-    v.add_argument("--out", default="eval_out", help="directory for eval.json")
+    v.add_argument("--out", default=None, help="directory for eval.json (default: a new one, in the run directory "
+                   "when --model is a run or checkpoint: RUN/evals/STEP-TIME)")
     v.set_defaults(fn=_eval)
     m = sub.add_parser("plan", help="memory per component (weights, optimizer, activations, KV cache) of a config")
     m.add_argument("config", help="YAML config file")
@@ -304,8 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "serve-env":
         return _serve_env(argv[1:])
     args = parse_args(argv)
+    if getattr(args, "command", None) in ("train", "eval", "sft", "rm", "dpo", "export"):
+        from agentrl.models import quiet_library_output
+
+        quiet_library_output()
     from agentrl.config import ConfigError
-    from agentrl.env import EnvError
+    from agentrl.env import EnvError, EnvFailureRateError
     from agentrl.preflight import RequirementError
 
     try:
@@ -320,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"agentrl: error: {one_line(e)}", file=sys.stderr)
         return 2
+    except EnvFailureRateError as e:  # the env failed too many episodes (tracebacks shown once above)
+        if args.debug:
+            raise
+        print(f"agentrl: error: {one_line(e)}", file=sys.stderr)
+        return 1
     except (OSError, ImportError) as e:  # a model path, a missing file or an optional package
         if args.debug:
             raise

@@ -8,6 +8,8 @@ cannot verify, so the learner asks a reward model) and named parts in ``info["re
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import sys
 from typing import Any
 
@@ -60,6 +62,15 @@ class TextEnv(gymnasium.Env):
         """A response that scores 1.0 (warm-start SFT targets and conformance tests)."""
         return str(task.answer)
 
+    def reference_action(self) -> str:
+        """The next action of a reference policy in the env's current state (called after ``reset`` and
+        after each ``step``). A multi-turn env overrides it (a scripted policy that plays from the
+        feedback as the model must, e.g. a binary search); the warm start rolls episodes out with it.
+        Default: ``reference_answer`` of the current task (a single-turn env's reference policy)."""
+        if self.task is None:
+            raise RuntimeError("call reset() before reference_action()")
+        return self.reference_answer(self.task)
+
     def render_prompt(self, task: Task) -> str:
         """The observation shown for ``task`` (text; chat prompts are joined for display)."""
         if isinstance(task.prompt, str):
@@ -87,6 +98,31 @@ class TextEnv(gymnasium.Env):
         return self._last_obs if self.render_mode == "ansi" else None
 
 
+def has_reference_policy(env: Any) -> bool:
+    """Whether ``env``'s class gives its own ``reference_action`` (a multi-turn reference policy)."""
+    method = getattr(type(env), "reference_action", None)
+    return callable(method) and method is not TextEnv.reference_action
+
+
+def reference_episode(env: TextEnv, task: Task) -> tuple[list[str], float]:
+    """Play ``task`` with the env's reference policy, ``reference_action()`` then ``step`` until the env
+    ends the episode or ``max_turns`` is reached: (the actions and observations in order, the return)."""
+    env.reset(options={"task": task})
+    texts: list[str] = []
+    total = 0.0
+    for _ in range(max(1, int(getattr(env, "max_turns", 1)))):
+        action = env.reference_action()
+        out = env.step(action)
+        if inspect.isawaitable(out):  # an ``async def step``
+            out = asyncio.run(out)
+        obs, reward, terminated, truncated, _ = out
+        texts += [action, str(obs)]
+        total += float(reward)
+        if terminated or truncated:
+            break
+    return texts, total
+
+
 NAMESPACE = "agentrl"
 
 
@@ -95,6 +131,10 @@ class EnvError(ValueError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class EnvFailureRateError(RuntimeError):
+    """Too many of a run's episodes failed in the env (``env.max_failure_rate``): the run stops, in one line."""
 
 
 class UnknownEnvError(EnvError, KeyError):
@@ -156,8 +196,8 @@ def env_class(path: str, env_id: str) -> Any:
     return obj
 
 
-def _construct(cls: Any, kwargs: dict[str, Any], env_id: str, check_only: bool = False) -> Any:
-    """``cls(**kwargs)``, with an unknown keyword named against the ones the class takes."""
+def _construct(cls: Any, kwargs: dict[str, Any], env_id: str, check_only: bool = False, args: tuple = ()) -> Any:
+    """``cls(*args, **kwargs)``, with an unknown keyword named against the ones the class takes."""
     import inspect
 
     try:
@@ -167,10 +207,16 @@ def _construct(cls: Any, kwargs: dict[str, Any], env_id: str, check_only: bool =
     if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         bad = sorted(set(kwargs) - set(sig.parameters))
         if bad:
-            valid = ", ".join(n for n in sig.parameters if n not in ("self", "render_mode")) or "none"
+            names = [n for n in list(sig.parameters)[len(args):] if n not in ("self", "render_mode")]
             raise EnvError(f"env {env_id!r}: unknown keyword {bad[0]!r} in env.kwargs; "
-                           f"{getattr(cls, '__name__', cls)} takes: {valid}")
-    return None if check_only else cls(**kwargs)
+                           f"{getattr(cls, '__name__', cls)} takes: {', '.join(names) or 'none'}")
+    return None if check_only else cls(*args, **kwargs)
+
+
+def construct(cls: Any, env_id: str, *args: Any, **kwargs: Any) -> Any:
+    """``cls(*args, **kwargs)`` for env ``env_id`` (an adapter's factory): an ``env.kwargs`` key the class
+    does not take is an :class:`EnvError` naming the ones it does, as for ``module:Class`` envs."""
+    return _construct(cls, kwargs, env_id, args=args)
 
 
 def describe_env(env_id: str) -> tuple[str, str]:

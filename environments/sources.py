@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.env import TextEnv
+from agentrl.env import EnvError, TextEnv
 from agentrl.types import Task
 
 log = logging.getLogger(__name__)
@@ -151,3 +151,25 @@ def check_split(env_name: str, split: str, valid: tuple[str, ...]) -> None:
             hint = (f"; {env_name} is a test-only benchmark: train on another env (e.g. agentrl/GSM8K-v0, or "
                     f"dataset=<your train file>) and evaluate here")
         raise ValueError(f"{env_name} has no split {split!r}; valid: {', '.join(valid)}{hint}")
+
+
+def load_user_object(spec: str, family: str) -> Any:
+    """The class or function ``module:attr`` / ``FILE.py:attr`` an adapter's env id names; a missing
+    file, module or attribute is an :class:`~agentrl.env.EnvError` in one line."""
+    from rewards.registry import load_object
+
+    try:
+        return load_object(spec)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise EnvError(f"{family}:{spec}: {e}") from None
+
+
+def reward_by_name(name: str, family: str) -> Any:
+    """The reward function ``env.kwargs.reward`` names, resolved when the env is made (an unknown name is
+    an :class:`~agentrl.env.EnvError` at load time, not a failure of every episode)."""
+    from rewards.registry import get_reward
+
+    try:
+        return get_reward(name)
+    except (KeyError, TypeError) as e:
+        raise EnvError(f"{family} env: env.kwargs.reward: {e.args[0] if e.args else e}") from None

@@ -9,12 +9,19 @@ it, e.g. ``split="test"`` or ``dataset=...``) in a :class:`~environments.tools.T
 - ``python``: runs code in a stateful :class:`sandbox.PythonSession` (variables persist between
   calls of one episode; the session is started on the first call and torn down at the next
   ``reset`` and at ``close``).
+
+The reference policy (``reference_action``) calls the tool once with the task's last calculation, when
+the task carries one that gives the answer (an Arithmetic task's ``expr``; GSM8K's last ``<<a*b=c>>``
+annotation of its solution), then gives the inner env's reference answer: the warm start teaches a
+model the call format with it.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import functools
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -66,6 +73,21 @@ def _eval(node: ast.AST) -> Fraction:
 def format_number(value: Fraction) -> str:
     """An integer exactly; anything else as a decimal with up to 12 significant digits."""
     return str(value.numerator) if value.denominator == 1 else f"{float(value):.12g}"
+
+
+def task_calculation(task: Any) -> str | None:
+    """An expression that computes ``task``'s answer: ``metadata["expr"]`` (Arithmetic), else the last
+    ``<<expression=result>>`` annotation of a GSM8K solution (``metadata["solution"]``); None when there is
+    none or it does not give the answer."""
+    meta = task.metadata or {}
+    candidates = [meta["expr"]] if meta.get("expr") else re.findall(r"<<([^=<>]+)=[^<>]*>>", str(meta.get("solution", "")))
+    if not candidates:
+        return None
+    try:
+        value = calculate(candidates[-1])
+    except ToolCallError:
+        return None
+    return candidates[-1] if format_number(value) == str(task.answer).replace(",", "") else None
 
 
 class Calculator(Tool):
@@ -133,12 +155,17 @@ class CalculatorMathEnv(ToolEnv):
     def __init__(self, base: str = "agentrl/GSM8K-v0", max_tool_calls: int = 4, max_turns: int | None = None,
                  tools_prompt: str | None = None, render_mode: str | None = None, tool_parser: str = "hermes",
                  **base_kwargs: Any) -> None:
-        from environments.tool_parsers import PROMPTS, get_parser
+        from environments.tool_parsers import PROMPTS, get_parser, render_call
 
         parse = get_parser(tool_parser)
         super().__init__(agentrl.make(base, **base_kwargs), [Calculator()], max_tool_calls=max_tool_calls,
                          max_turns=max_turns, tools_prompt=tools_prompt or PROMPTS[tool_parser],
                          render_mode=render_mode, parse=None if tool_parser == "hermes" else parse)
+        self.render_call = functools.partial(render_call, tool_parser)
+
+    def reference_call(self, task: Any) -> tuple[str, dict[str, Any]] | None:
+        expression = task_calculation(task)
+        return None if expression is None else ("calculator", {"expression": expression})
 
 
 class PythonToolMathEnv(ToolEnv):
@@ -150,3 +177,7 @@ class PythonToolMathEnv(ToolEnv):
         super().__init__(agentrl.make(base, **base_kwargs), [PythonTool(timeout_s=timeout_s)],
                          max_tool_calls=max_tool_calls, max_turns=max_turns, tools_prompt=tools_prompt,
                          render_mode=render_mode)
+
+    def reference_call(self, task: Any) -> tuple[str, dict[str, Any]] | None:
+        expression = task_calculation(task)
+        return None if expression is None else ("python", {"code": f"print({expression})"})

@@ -32,7 +32,8 @@ import json
 import re
 from typing import Any
 
-from environments.tools import TOOLS_PROMPT, ToolCallError, parse_tool_calls
+from agentrl.env import EnvError
+from environments.tools import TOOLS_PROMPT, ToolCallError, hermes_call, parse_tool_calls
 
 Call = dict[str, Any] | ToolCallError
 _FORMAT_LINE = "For each function call, return a json object"
@@ -171,25 +172,36 @@ PROMPTS = {
 }
 
 
-def render_calls(name: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
-    """Tool calls ``(tool, arguments)`` written in format ``name``, as a model would write them (the
-    parser of that format reads them back): reference actions and scripted policies."""
-    if name == "hermes":
-        return "\n".join(f"<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>" for n, a in calls)
-    if name == "qwen3_coder":
-        def param(k: str, v: Any) -> str:
-            return f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
-        return "\n".join(f"<tool_call>\n<function={n}>\n{''.join(param(k, v) for k, v in a.items())}</function>\n"
-                         f"</tool_call>" for n, a in calls)
-    if name == "llama3_json":
-        return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
-    if name == "pythonic":
-        return "[" + ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in calls) + "]"
-    raise ValueError(f"unknown tool_parser {name!r}; valid: {', '.join(PARSERS)}")
+def render_call(fmt: str, name: str, arguments: dict[str, Any]) -> str:
+    """One call of tool ``name`` written in format ``fmt`` (what the parser of that name reads back):
+    the reference policy of tool envs writes its calls with it."""
+    if fmt == "hermes":
+        return hermes_call(name, arguments)
+    if fmt == "qwen3_coder":
+        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+                         for k, v in arguments.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if fmt == "llama3_json":
+        return json.dumps({"name": name, "parameters": arguments})
+    if fmt == "pythonic":
+        return f"[{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")]"
+    raise EnvError(f"unknown tool_parser {fmt!r}; valid: {', '.join(PARSERS)}")
+
+
+def render_calls(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """Several calls ``(tool, arguments)`` in one action of format ``fmt`` (reference actions and scripted
+    policies); the parser of that format reads them back in order."""
+    if fmt == "pythonic":  # one list of calls
+        return "[" + ", ".join(render_call(fmt, n, a)[1:-1] for n, a in calls) + "]"
+    return ("; " if fmt == "llama3_json" else "\n").join(render_call(fmt, n, a) for n, a in calls)
 
 
 def get_parser(name: str) -> Any:
     """The parser called ``name`` (one line naming the valid ones otherwise)."""
     if name not in PARSERS:
-        raise ValueError(f"unknown tool_parser {name!r}; valid: {', '.join(PARSERS)}")
+        from difflib import get_close_matches
+
+        close = get_close_matches(name, PARSERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise EnvError(f"env.kwargs.tool_parser: unknown tool_parser {name!r}{hint}; valid: {', '.join(PARSERS)}")
     return PARSERS[name]

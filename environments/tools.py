@@ -11,6 +11,10 @@ episode that never answers (``truncated=True``, reward 0).
 Each step's ``info["calls"]`` lists that turn's calls (``name``, ``arguments``, ``result``,
 ``error``); the multi-turn executor keeps them on the trajectory (``info["tool_calls"]``).
 
+The reference policy (``reference_action``, the multi-turn warm start's teacher) makes one correct
+call when :meth:`ToolEnv.reference_call` gives one for the task, then answers with the inner env's
+reference answer.
+
 A tool is a small class: ``name``, ``description``, JSON-schema ``parameters`` and
 ``__call__(**arguments) -> str``; ``reset()`` clears per-episode state and ``close()`` frees
 resources. Subclass :class:`Tool` to add one::
@@ -121,6 +125,11 @@ def check_arguments(tool: Tool, args: dict[str, Any]) -> None:
             raise ToolCallError(f"argument {k!r} of {tool.name!r} must be of type {props[k]['type']}")
 
 
+def hermes_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call of tool ``name`` in the Hermes format :func:`parse_tool_calls` reads."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
 def tools_text(tools: list[Tool], template: str = TOOLS_PROMPT) -> str:
     """The tools' description for the system message: ``template`` with ``{schemas}`` filled in."""
     return template.replace("{schemas}", "\n".join(json.dumps(t.schema()) for t in tools))
@@ -156,6 +165,19 @@ class ToolEnv(TextEnv):
         if inner_tasks is not None:
             self.tasks = [self.with_tools(t) for t in inner_tasks]
         self.calls = self.turn = 0
+        self.render_call = hermes_call  # how reference calls are written (another format: tool_parsers.render_call)
+
+    def reference_call(self, task: Task) -> tuple[str, dict[str, Any]] | None:
+        """The (tool name, arguments) of a correct call for ``task``, or None (then the reference policy
+        answers at once). Tool envs that know how their tool solves a task override it."""
+        return None
+
+    def reference_action(self) -> str:
+        """One correct tool call first (when :meth:`reference_call` gives one), then the final answer."""
+        if self.task is None:
+            raise RuntimeError("call reset() before reference_action()")
+        call = self.reference_call(self.task) if self.calls == 0 else None
+        return self.inner.reference_answer(self.task) if call is None else self.render_call(*call)
 
     def with_tools(self, task: Task) -> Task:
         """The inner task with the tools' description added to its prompt."""

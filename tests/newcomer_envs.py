@@ -30,3 +30,23 @@ class GuessEnv(TextEnv):
             return "", 1.0, True, False, {"reward_components": {"correct": 1.0}}
         hint = "higher" if guess < self.task.answer else "lower"
         return hint, 0.0, False, False, {"reward_components": {"correct": 0.0}}
+
+
+class BadGuessEnv(GuessEnv):
+    """GuessEnv with a bug: its second step raises (issue 29, finding 3)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        self.turn = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.turn += 1
+        if self.turn == 2:
+            raise RuntimeError("bug in my env at turn 2")
+        return "higher", 0.0, False, False, {"reward_components": {"correct": 0.0}}
+
+
+class ForgotMaxTurnsEnv(GuessEnv):
+    """GuessEnv without ``max_turns``: it keeps the default of 1 (issue 29, finding 4)."""
+
+    max_turns = 1

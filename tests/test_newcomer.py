@@ -97,7 +97,7 @@ def test_multi_turn_episodes_use_their_turns_and_say_how_they_ended(tmp_path: Pa
     code, out, err = run_cli(capsys, "train", str(cfg), "--run-dir", str(run), *FAST, *TINY,
                              "learner.total_steps=1", "log.samples_every=1", "checkpoint.save_final=false")
     assert code == 0, err[-2000:]
-    assert "warm start: off (multi-turn env" in out and "after warm start" not in out
+    assert "warm start: off (multi-turn env without a reference policy" in out and "after warm start" not in out
     assert "held-out accuracy: before RL" in out
     step = next(r for r in read_metrics(run) if "reward/mean" in r)
     # every turn of a 4-token budget is cut off, yet the episode goes on to the env's 4 turns
@@ -183,7 +183,8 @@ def test_warm_start_decision_says_why(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     guess = load_config(None, ["env.id=newcomer_envs:GuessEnv"])
     assert warm_start_decision(guess, make_env(guess)) == (
-        False, "multi-turn env; set model.warm_start.enabled=true to run it on the first turn")
+        False, "multi-turn env without a reference policy; define reference_action(self) -> str "
+               "(examples/custom_env/README.md)")
     monkeypatch.setattr("newcomer_envs.GuessEnv.max_turns", 1)  # one guess: reference answers score
     assert warm_start_decision(guess, make_env(guess))[0] is True
     monkeypatch.setattr("newcomer_envs.GuessEnv.reference_answer", lambda self, task: "no digit")

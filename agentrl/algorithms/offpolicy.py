@@ -77,17 +77,20 @@ def mismatch_metrics(old_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, 
     return out
 
 
-def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, current: int) -> dict[str, float]:
+def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, current: int,
+                      max_staleness: int = 0) -> dict[str, float]:
     """``staleness/*``: how many policy versions behind ``current`` the generated tokens are
     (``versions`` (B,A)): mean, max and the histogram ``staleness/frac_k`` of samples by their
-    oldest token."""
+    oldest token, for every k from 0 to ``max_staleness`` (0 included, so the keys stay the same from
+    step to step) and any larger k that occurs."""
     m = mask.bool()
     lag = (current - versions).clamp(min=0)
     lag_tok = lag[m]
+    out = {f"staleness/frac_{k}": 0.0 for k in range(max_staleness + 1)}
     if lag_tok.numel() == 0:
-        return {"staleness/mean": 0.0, "staleness/max": 0.0}
+        return {"staleness/mean": 0.0, "staleness/max": 0.0, **out}
     per_sample = torch.where(m, lag, torch.zeros_like(lag)).amax(-1)[m.any(-1)]
-    out = {"staleness/mean": lag_tok.float().mean().item(), "staleness/max": float(lag_tok.max().item())}
+    out.update({"staleness/mean": lag_tok.float().mean().item(), "staleness/max": float(lag_tok.max().item())})
     for k in torch.unique(per_sample).tolist():
         out[f"staleness/frac_{int(k)}"] = (per_sample == k).float().mean().item()
     return out

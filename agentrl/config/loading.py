@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import sys
 import types
 import typing
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from agentrl.config.sections import RunConfig
+from agentrl.config.sections import EnvConfig, RunConfig
 
 
 class ConfigError(ValueError):
@@ -127,8 +128,14 @@ def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+class Replace(dict):
+    """A mapping given whole on the command line (``'env.kwargs={dataset: x.jsonl}'``): it replaces the
+    config's mapping instead of merging into it (dotted sub-keys, ``env.kwargs.digits=3``, merge)."""
+
+
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """``["algo.estimator=rloo", "learner.lr=1e-4"]`` -> nested dict (values read as YAML)."""
+    """``["algo.estimator=rloo", "learner.lr=1e-4"]`` -> nested dict (values read as YAML; a mapping
+    value is a :class:`Replace`)."""
     out: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -144,15 +151,35 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r} conflicts with another override")
-        node[parts[-1]] = value
+        node[parts[-1]] = Replace(value) if isinstance(value, dict) else value
     return out
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        merge = isinstance(v, dict) and not isinstance(v, Replace) and isinstance(out.get(k), dict)
+        out[k] = _merge(out[k], v) if merge else v
     return out
+
+
+ENV_KWARGS = ("kwargs", "eval_kwargs", "dev_kwargs")
+
+
+def drop_old_env_kwargs(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """An ``env.id`` changed on the command line leaves the config's env kwargs behind (they were for the
+    other env), with a warning naming them; kwargs given on the command line too are kept."""
+    env, new = data.get("env"), overrides.get("env")
+    if not isinstance(env, dict) or not isinstance(new, dict) or "id" not in new or new["id"] == env.get("id"):
+        return data
+    defaults = EnvConfig()
+    dropped = {k: env[k] for k in ENV_KWARGS if k in env and k not in new and env[k] != getattr(defaults, k)}
+    if not dropped:
+        return data
+    print(f"warning: env.id changed from {env.get('id')} (the config) to {new['id']} (the command line): the config's "
+          + ", ".join(f"env.{k}={v}" for k, v in dropped.items()) + f" were for {env.get('id')} and are dropped; give "
+          "them for the new env on the command line (e.g. 'env.kwargs={...}')", file=sys.stderr, flush=True)
+    return {**data, "env": {k: v for k, v in env.items() if k not in dropped}}
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -179,7 +206,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 cls: type = RunConfig) -> Any:
     """Load and validate a config: YAML file (optional) + dotted overrides."""
     data = read_yaml(path) if path else {}
-    data = _merge(data, parse_overrides(overrides or []))
+    extra = parse_overrides(overrides or [])
+    data = _merge(drop_old_env_kwargs(data, extra), extra)
     return resolve_auto(build(cls, data))
 
 
@@ -195,6 +223,9 @@ def resolve_auto(cfg: Any) -> Any:
     for key in ("samples_every", "samples_per_step", "eval_samples"):
         if getattr(getattr(cfg, "log", None), key, 0) < 0:
             raise ConfigError(f"log.{key}: expected a count >= 0 (0 = off), got {getattr(cfg.log, key)!r}")
+    rate = getattr(getattr(cfg, "env", None), "max_failure_rate", 0.0)
+    if not 0 <= rate <= 1:
+        raise ConfigError(f"env.max_failure_rate: expected a share of episodes in [0, 1] (1 = never stop), got {rate!r}")
     call_tokens = getattr(getattr(cfg, "learner", None), "call_tokens", -1)
     if call_tokens < -1:
         raise ConfigError(f"learner.call_tokens: expected a token count > 0, 0 (no cap) or -1 (auto), got {call_tokens!r}")

@@ -46,7 +46,10 @@ class WarmStartConfig:
     target_accuracy: float = 0.95
     """Stop as soon as dev accuracy reaches this (an accuracy-based early stop; RL does the rest)."""
     patience: int = 4
-    """Stop after this many evaluations without a better dev loss."""
+    """Stop after this many evaluations without a better dev accuracy."""
+    min_accuracy: float = 0.01
+    """A dev accuracy below this is no progress: a warm start that never reaches it stops after ``patience``
+    evaluations and says so."""
     cache: bool = True
     """Reuse a finished warm start with the same settings."""
 
@@ -91,6 +94,9 @@ class EnvConfig:
     """Bearer token of the ``env.remote`` servers (empty: $AGENTRL_ENV_TOKEN, or none)."""
     remote_retries: int = 3
     """Other servers a failed reset is retried on."""
+    max_failure_rate: float = 0.2
+    """Stop the run when more than this share of its training episodes failed in the env (``step`` raised or
+    ran past its deadline; checked from 32 episodes on; 1 = never). Each distinct error is shown once."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ from agentrl.training.experience import Experience
 
 
 def _setup_process(threads: int) -> None:
+    from agentrl.models import quiet_library_output
+
     torch.set_num_threads(threads)
+    quiet_library_output()  # an actor's output reaches the driver's terminal: no loading bars there either
 
 
 def free_address() -> tuple[str, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.env import fixed_tasks
 from agentrl.episodes import episode_record
+from agentrl.evaluation.held_out import held_out_warning
 from agentrl.evaluation.metrics import (
     TaskResult,
     difficulty_of,
@@ -24,6 +26,7 @@ from agentrl.evaluation.metrics import (
 )
 from agentrl.models import load_policy
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
+from agentrl.rollout.failures import EnvFailures
 
 
 def run_config_of(model: str | Path) -> Path | None:
@@ -43,10 +46,35 @@ def run_config_of(model: str | Path) -> Path | None:
     return None
 
 
-def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> dict[str, Any]:
-    """``agentrl eval``: evaluate a model on ``eval.envs``; print tables and write ``eval.json``."""
+def default_out_dir(model: str | Path, now: float | None = None) -> Path:
+    """Where ``agentrl eval`` writes without ``--out``: a new directory named after the model and the time,
+    inside the run directory when the model is a run or one of its checkpoints (``RUN/evals/step_000040-
+    20261202-081500``), else under ``evals/`` here; earlier evaluations are never overwritten."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path = Path(model)
+    run_config = run_config_of(path)
+    if run_config is not None:
+        run = run_config.parent
+        ckpt = latest_checkpoint(run) if path.resolve() == run.resolve() else path
+        name = next((p.name for p in (ckpt, *ckpt.parents) if p and p.name.startswith("step_")), "final") if ckpt else "final"
+        base = run / "evals" / f"{name}-{stamp}"
+    else:
+        base = Path("evals") / f"{path.name or 'model'}-{stamp}"
+    out, k = base, 1
+    while out.exists():  # two evaluations in one second
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+    return out
+
+
+def run_eval(cfg: Any, out_dir: str | Path | None, model_path: str | None = None) -> dict[str, Any]:
+    """``agentrl eval``: evaluate a model on ``eval.envs``; print tables and write ``eval.json`` (into
+    ``out_dir``, or :func:`default_out_dir`)."""
     primary = make_env(cfg)
     path = model_path or cfg.model.path
+    out_dir = out_dir or default_out_dir(path)
     path = resolve_model_path(cfg, primary) if path == "tiny" else path
     if (Path(path) / "checkpoints").is_dir():  # a run dir: its latest checkpoint
         path = str(latest_checkpoint(Path(path)) or path)
@@ -57,13 +85,17 @@ def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> di
     params, n = eval_params(cfg), cfg.eval.n_samples
     results: list[TaskResult] = []
     episodes: list[dict[str, Any]] = []  # the record of every episode behind the numbers (docs/trajectories.md)
+    failures = EnvFailures(None, 1.0)  # an env that raises: its traceback once, then counts
     for env_id in cfg.eval.envs or [cfg.env.id]:
         kwargs = ({**cfg.env.kwargs, **cfg.env.eval_kwargs} if env_id == cfg.env.id
                   else cfg.eval.env_kwargs.get(env_id, cfg.env.eval_kwargs))
         env = make_env(replace(cfg, env=replace(cfg.env, id=env_id, kwargs=dict(kwargs))))
         executor = make_executor(cfg, env, engine, tokenizer)
         tasks = fixed_tasks(env, cfg.eval.max_tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
+        if env_id == cfg.env.id and (warning := held_out_warning(env_id, primary, tasks, kwargs)):
+            print(warning, file=sys.stderr, flush=True)
         trajs = executor.run(tasks, n_samples=n, params=params)
+        failures.observe(trajs)
         results += task_results(tasks, trajs, n, env_id)
         episodes += [episode_record(t, tokenizer, split="eval", dataset=env_id,
                                     difficulty=difficulty_of(tasks[i // n])).to_dict() for i, t in enumerate(trajs)]
@@ -75,6 +107,7 @@ def run_eval(cfg: Any, out_dir: str | Path, model_path: str | None = None) -> di
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(report_json(report), encoding="utf-8")
     print_tables(report)
+    print(f"agentrl eval: wrote {out / 'eval.json'}", file=sys.stderr)
     return report
 
 
@@ -88,8 +121,6 @@ def report_json(report: dict[str, Any]) -> str:
 
 def print_tables(report: dict[str, Any]) -> None:
     """The per-dataset and per-difficulty tables of an ``eval.json`` report, with rich."""
-    import sys
-
     from rich.console import Console
     from rich.table import Table
 

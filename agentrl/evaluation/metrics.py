@@ -13,7 +13,7 @@ k samples of a task; unparsed answers do not vote, ties go to the answer seen fi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -143,17 +143,21 @@ def tables(results: list[TaskResult], ks: Sequence[int]) -> dict[str, dict[str, 
 
 # ---------------------------------------------------------------------------------- running
 def evaluate_tasks(executor: Any, tasks: list[Task], params: SamplingParams, n_samples: int = 1,
-                   dataset: str = "eval") -> list[TaskResult]:
-    """Sample ``n_samples`` responses per task and score them with the executor's env."""
+                   dataset: str = "eval", observe: Callable[[list[Trajectory]], Any] | None = None
+                   ) -> list[TaskResult]:
+    """Sample ``n_samples`` responses per task and score them with the executor's env; ``observe``
+    sees the episodes (the failed ones are reported: ``agentrl.rollout.failures``)."""
     trajs = executor.run(tasks, n_samples=n_samples, params=params)
+    if observe is not None:
+        observe(trajs)
     return task_results(tasks, trajs, n_samples, dataset)
 
 
 def evaluate(executor: Any, tasks: list[Task], params: SamplingParams, n_samples: int = 1,
-             ks: Sequence[int] = (1,)) -> dict[str, float]:
+             ks: Sequence[int] = (1,), observe: Callable[[list[Trajectory]], Any] | None = None) -> dict[str, float]:
     """Flat metrics of one eval set: ``accuracy``, ``mean_reward``, ``response_length``, ``pass@k``,
     ``maj@k`` (math)."""
-    return summarize(evaluate_tasks(executor, tasks, params, n_samples), ks)
+    return summarize(evaluate_tasks(executor, tasks, params, n_samples, observe=observe), ks)
 
 
 def eval_params(cfg: Any) -> SamplingParams:

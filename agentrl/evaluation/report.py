@@ -1,9 +1,11 @@
 """``agentrl report RUN_DIR``: PNG plots of a run's ``metrics.jsonl`` and a markdown summary.
 
 Plots (``RUN_DIR/report/*.png``, one per panel that has data): reward, KL, entropy, response
-length, eval accuracy (with pass@k / maj@k) and seconds per stage. ``RUN_DIR/report.md`` sums up
-the run: config highlights, steps, first and last values, final evaluation, time per stage,
-checkpoints.
+length, eval accuracy (with pass@k / maj@k), turns per episode and how episodes ended (multi-turn),
+staleness and engine/learner mismatch (asynchronous runs), failed episodes and seconds per stage.
+Shares (accuracy, end reasons) are drawn on a 0-1 axis, so one task of twenty is not a crash.
+``RUN_DIR/report.md`` sums up the run: config highlights, steps, first and last values, final
+evaluation, time per stage, checkpoints. Every metric key is described in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,19 @@ PANELS: dict[str, tuple[str, ...]] = {
     "entropy": ("loss/entropy",),
     "response_length": ("response_length/mean",),
     "eval_accuracy": ("eval/accuracy", "eval/pass@*", "eval/maj@*"),
+    "episode_turns": ("episode/turns",),
+    "end_reasons": ("episode/end_reason/*",),
+    "staleness": ("staleness/mean", "staleness/max"),
+    "mismatch": ("mismatch/*",),
+    "failed": ("failed/*",),
     "time_per_stage": ("time/*",),
 }
 """Panel name -> metric keys (shell patterns) drawn in it."""
+SHARES = ("eval_accuracy", "end_reasons")
+"""Panels of shares in [0, 1]: their y-axis is 0-1."""
+SUMMARY_KEYS = ("reward/mean", "kl", "loss/entropy", "response_length/mean", "episode/turns", "episode/end_reason/*",
+                "failed/count", "staleness/mean", "mismatch/logprob_abs_diff_mean", "throughput/tokens_per_s")
+"""Metrics of the report's first table (first and last value), in this order."""
 
 
 def panel_keys(rows: list[dict[str, float]], patterns: tuple[str, ...]) -> list[str]:
@@ -63,6 +75,7 @@ def plot_panels(rows: list[dict[str, float]], out_dir: Path) -> dict[str, Path]:
             ax.plot(x, y, marker="o" if len(x) < 30 else None, label=key)
         ax.set_title(name.replace("_", " "))
         ax.set_xlabel("step")
+        ax.set_ylim(*y_range(name, [v for key in keys for v in series(rows, key)[1]]))
         ax.grid(alpha=0.3)
         if len(keys) > 1:
             ax.legend(fontsize=7)
@@ -72,6 +85,15 @@ def plot_panels(rows: list[dict[str, float]], out_dir: Path) -> dict[str, Path]:
         plt.close(fig)
         written[name] = path
     return written
+
+
+def y_range(name: str, values: list[float]) -> tuple[float, float | None]:
+    """The y-axis of a panel: 0-1 for shares (``SHARES``); otherwise from 0 (or the lowest value, when
+    below 0) to matplotlib's choice (None)."""
+    if name in SHARES:
+        return 0.0, 1.02
+    low = min([0.0, *[v for v in values if np.isfinite(v)]])
+    return (low * 1.05 if low < 0 else 0.0), None
 
 
 def _first_last(rows: list[dict[str, float]], key: str) -> str:
@@ -92,9 +114,8 @@ def summary_markdown(run_dir: Path, rows: list[dict[str, float]], plots: dict[st
                   f"`{cfg.get('rollout', {}).get('engine')}`"]
     lines += [f"- training steps logged: {len(train)} (last step {int(rows[-1]['step']) if rows else 0})", ""]
     lines += ["| metric | first → last |", "|---|---|"]
-    for key in ("reward/mean", "kl", "loss/entropy", "response_length/mean", "throughput/tokens_per_s"):
-        if any(key in r for r in rows):
-            lines.append(f"| {key} | {_first_last(rows, key)} |")
+    for key in panel_keys(train, SUMMARY_KEYS):
+        lines.append(f"| {key} | {_first_last(rows, key)} |")
     evals = [r for r in rows if "eval/accuracy" in r]
     if evals:
         lines += ["", "## Evaluation", "", "| step | " + " | ".join(k[5:] for k in _eval_keys(evals)) + " |",

@@ -7,10 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.config import RunConfig
-from agentrl.env import EnvError, TextEnv, fixed_tasks, make, register
+from agentrl.env import (
+    EnvError,
+    TextEnv,
+    fixed_tasks,
+    has_reference_policy,
+    make,
+    reference_episode,
+    register,
+)
 from agentrl.models import resolve_model_source, tiny_model_dir
 from agentrl.rollout.engines.base import SamplingParams
-from agentrl.rollout.env_pool import EnvPool
+from agentrl.rollout.env_pool import EnvPool, clone_env
 from agentrl.rollout.executors import SingleTurnExecutor
 
 
@@ -62,12 +70,22 @@ def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
 
 
 def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
-    """Text the tiny tokenizer is trained on: prompts and reference answers of the env."""
+    """Text the tiny tokenizer is trained on: prompts and reference answers of the env (a multi-turn env
+    with a reference policy: also its episodes' actions and feedback, for the first 50 tasks)."""
     tasks = fixed_tasks(env, n, seed)
     out = []
-    for t in tasks:
+    for i, t in enumerate(tasks):
         prompt = t.prompt if isinstance(t.prompt, str) else "\n".join(m["content"] for m in t.prompt)
-        out += [prompt, env.reference_answer(t)]
+        out.append(prompt)
+        out.append(env.reference_answer(t))
+        if getattr(env, "max_turns", 1) > 1 and has_reference_policy(env) and i < 50:
+            played = clone_env(env)
+            try:
+                out += reference_episode(played, t)[0]
+            except Exception:  # noqa: BLE001 - a broken reference policy is reported by the warm start
+                pass
+            finally:
+                played.close()
     return out
 
 

@@ -20,6 +20,7 @@ import inspect
 import os
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,21 @@ def clone_env(env: TextEnv) -> TextEnv:
                 memo[id(value)] = value
         stack += [v for v in vars(e).values() if isinstance(v, TextEnv) and id(v) not in seen]
     return copy.deepcopy(env, memo=memo)
+
+
+def failure_info(exc: BaseException) -> dict[str, str]:
+    """What an episode's ``info`` records about the exception that failed it: ``error`` (one line),
+    ``error_at`` (``file:line`` of the innermost frame, "" when there is none, e.g. a deadline) and
+    ``traceback`` (from the env's own frames on: the executor's and the pool's are left out), so the
+    trainer can show each distinct error once."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = os.path.dirname(os.path.abspath(__file__))  # agentrl/rollout: the pool and the executors
+    while len(frames) > 1 and os.path.abspath(frames[0].filename).startswith(ours):
+        frames = traceback.StackSummary.from_list(frames[1:])
+    where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    lines = ["Traceback (most recent call last):\n", *frames.format()] if frames else []
+    return {"error": f"{type(exc).__name__}: {exc}", "error_at": where,
+            "traceback": "".join(lines + traceback.format_exception_only(type(exc), exc))}
 
 
 class StepTimeout(TimeoutError):

@@ -46,10 +46,10 @@ def end_reason(t: Trajectory) -> str:
     return "turn_budget" if t.truncated else "terminated"
 
 
-def offpolicy_metrics(exp: Experience, version: int, algo: AlgoConfig) -> dict[str, float]:
-    """``staleness/*`` (policy versions behind the learner's ``version``) and ``mismatch/*`` (engine vs
-    learner log-probs, the correction's weights) of a batch."""
-    out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, version)
+def offpolicy_metrics(exp: Experience, version: int, algo: AlgoConfig, max_staleness: int = 0) -> dict[str, float]:
+    """``staleness/*`` (policy versions behind the learner's ``version``; ``staleness/frac_k`` for every k up
+    to ``max_staleness``) and ``mismatch/*`` (engine vs learner log-probs, the correction's weights) of a batch."""
+    out = {} if exp.versions is None else staleness_metrics(exp.versions, exp.action_mask, version, max_staleness)
     if exp.old_logprobs is not None and exp.engine_logprobs is not None:
         w = correction_weights(exp.old_logprobs, exp.engine_logprobs, exp.action_mask, tis_cap=algo.tis_cap,
                                mis_low=algo.mis_low, mis_high=algo.mis_high)

@@ -220,11 +220,13 @@ def eval_loss(model: Any, examples: Sequence[Any], pad_id: int, micro_batch_size
 
 
 def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch_size: int, max_steps: int,
-              eval_every: int, patience: int, target_accuracy: float = 1.0,
+              eval_every: int, patience: int, target_accuracy: float = 1.0, min_accuracy: float = 0.0,
               dev_accuracy: Callable[[], float] | None = None, seed: int = 0,
               log: Callable[[str], None] = print, micro_batch_size: int = 0) -> SFTResult:
     """The warm start: train until ``max_steps``, ``target_accuracy`` on dev, or ``patience``
-    evaluations without progress. Keeps (and restores) the weights of the best dev accuracy.
+    evaluations without progress (a better accuracy under ``min_accuracy`` is no progress, so a warm
+    start that never reaches a useful accuracy stops after ``patience`` evaluations). Keeps (and
+    restores) the weights of the best dev accuracy.
 
     ``pairs``: (prompt ids, response ids) pairs or Trajectories (loss on their action segments).
     """
@@ -242,10 +244,10 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
         acc = dev_accuracy()
         history.append((step, last_loss[0], acc))
         log(f"warm start step {step}: loss {last_loss[0]:.3f}, dev accuracy {acc:.3f}")
-        if acc > best["acc"]:
-            best.update(acc=acc, state=copy.deepcopy(model.state_dict()), stale=0)
-        else:
-            best["stale"] += 1
+        improved = acc > best["acc"]
+        if improved:
+            best.update(acc=acc, state=copy.deepcopy(model.state_dict()))
+        best["stale"] = 0 if improved and acc >= min_accuracy else best["stale"] + 1
         return bool(acc >= target_accuracy or best["stale"] >= patience)
 
     result = train_loop(model, list(pairs), optim, sft_micro_loss(model, pad_id), on_eval=on_eval,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,11 +31,13 @@ from agentrl.algorithms import (
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
 from agentrl.episodes import truncate_samples
+from agentrl.evaluation.held_out import held_out_warning
 from agentrl.evaluation.metrics import eval_params, summarize, task_results
 from agentrl.models import load_policy
 from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
+from agentrl.rollout.failures import EnvFailures
 from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics
@@ -68,6 +71,7 @@ class Trainer:
             raise ValueError("rollout.async with rollout.engine=vllm runs over Ray (cluster.mode=ray); here use hf")
         seed_everything(cfg.data.seed)
         self.run_dir = prepare_run_dir(run_dir_path(cfg, run_dir), resume=resume)  # runs never mix
+        self.failures = EnvFailures(self.run_dir, cfg.env.max_failure_rate)  # env errors: once each, then counted
         self.env = make_env(cfg)
         self.eval_env = make_env(cfg, cfg.env.eval_kwargs)
         self.model_path = resolve_model_path(cfg, self.env)
@@ -85,6 +89,8 @@ class Trainer:
                        if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)  # Ray: RayTrainer's fleet
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
+        if warning := held_out_warning(cfg.env.id, self.env, self.eval_tasks, cfg.env.eval_kwargs):
+            print(warning, file=sys.stderr, flush=True)  # evaluation on training data: said, not hidden
         self.learner = self.build_learner()
         self.samples = SampleLog(self.run_dir, cfg.log, self.tokenizer)  # episodes kept in samples.jsonl
         a = cfg.algo
@@ -227,6 +233,8 @@ class Trainer:
         start = time.perf_counter()
         made = self.rollouts.next(self.version)  # produce() now, or the batch the rollout worker made ahead
         batch, trajs, metrics, self.tasks_state = made.batch, made.generated, dict(made.metrics), made.tasks_state
+        self.failures.observe(trajs)
+        self.failures.check()  # past env.max_failure_rate the run stops, in one line
         metrics["tasks/drawn"] = float(self.tasks_state["drawn"])  # tasks behind this batch, cumulative
         with t("samples"):  # every log.samples_every steps: a few episodes, scored by the learner before its update
             self.samples.train(self.step_idx + 1, trajs, self.version, self.learner)
@@ -236,7 +244,7 @@ class Trainer:
         if exp is not None:
             with t("reference"):
                 self.reference_and_values(exp)
-                metrics.update(offpolicy_metrics(exp, self.version, self.cfg.algo))
+                metrics.update(offpolicy_metrics(exp, self.version, self.cfg.algo, self.cfg.rollout.max_staleness))
             with t("advantages"):
                 metrics.update(self.advantages(exp))
             with t("update"):
@@ -262,6 +270,7 @@ class Trainer:
         with torch.random.fork_rng():
             torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
             trajs = self.eval_executor.run(self.eval_tasks, n_samples=e.n_samples, params=eval_params(self.cfg))
+        self.failures.observe(trajs, "evaluation")
         self.samples.eval(self.step_idx, self.eval_tasks, trajs, e.n_samples, self.version)
         metrics = summarize(task_results(self.eval_tasks, trajs, e.n_samples, "eval"), e.k)
         return {f"eval/{k}": v for k, v in metrics.items()}

@@ -2,10 +2,15 @@
 accuracy stops improving, keeping the best dev weights (never the test split). The result is cached
 by a content hash of everything that determines it, so a resumed or repeated run loads it.
 
-``model.warm_start.enabled: null`` (the default) turns it on with the tiny model when the env is
-single-turn and its reference answers score (a randomly initialised tiny model learns nothing from RL
-alone); an env without a dev split (``env.dev_kwargs`` raises) gets dev tasks held out of the
-training tasks. :func:`maybe_warm_start` says on one line what it did and why."""
+A multi-turn env gives a reference policy instead: ``reference_action(self) -> str``, the next action
+in the env's current state. The warm start plays episodes with it through the multi-turn executor
+(``MultiTurnExecutor.run_scripted``: the token boundaries RL sees) and trains on their actions, the
+feedback masked out of the loss as in RL; dev accuracy is the success of greedy episodes.
+
+``model.warm_start.enabled: null`` (the default) turns it on with the tiny model when the env's
+reference answers (multi-turn: its reference policy's episodes) score (a randomly initialised tiny
+model learns nothing from RL alone); an env without a dev split (``env.dev_kwargs`` raises) gets dev
+tasks held out of the training tasks. :func:`maybe_warm_start` says on one line what it did and why."""
 
 from __future__ import annotations
 
@@ -14,47 +19,50 @@ import json
 from typing import Any
 
 from agentrl.config import RunConfig, to_dict
-from agentrl.env import TextEnv, fixed_tasks
+from agentrl.env import TextEnv, fixed_tasks, has_reference_policy, reference_episode
 from agentrl.evaluation.metrics import evaluate
 from agentrl.models import cache_dir, cache_tmp, publish
-from agentrl.rollout.build import sampling_params
+from agentrl.rollout.build import make_executor, sampling_params
 from agentrl.rollout.engines.hf import HFEngine
+from agentrl.rollout.env_pool import clone_env, failure_info
 from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
 from agentrl.training.supervised import train_sft
+from agentrl.types import Task
 
 
 def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv, dev_env: TextEnv,
                log: Any = print) -> dict[str, float]:
-    """Supervised warm start on the env's reference answers, cached by content hash."""
+    """Supervised warm start on the env's reference answers (multi-turn: its reference policy's
+    episodes), cached by content hash."""
     from safetensors.torch import load_file, save_file
 
     ws = cfg.model.warm_start
     held_out = dev_env is env  # no dev split: dev tasks are held out of the training tasks
     settings = {k: v for k, v in to_dict(ws).items() if k != "enabled"}
     key = hashlib.sha256(json.dumps([model_path, cfg.env.id, cfg.env.kwargs, cfg.env.dev_kwargs, settings, held_out,
-                                     cfg.rollout.chat_template, cfg.rollout.max_new_tokens, cfg.data.seed],
-                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
+                                     cfg.rollout.chat_template, cfg.rollout.max_new_tokens, cfg.data.seed,
+                                     *multi_turn_key(cfg, env)], sort_keys=True, default=str).encode()).hexdigest()[:16]
     cached = cache_dir() / "warmstart" / key
     if ws.cache and (cached / "model.safetensors").exists():
         model.load_state_dict(load_file(str(cached / "model.safetensors")), strict=False)
         log(f"warm start: loaded from cache {cached}")
         return json.loads((cached / "result.json").read_text())
     train_tasks = fixed_tasks(env, ws.examples, cfg.data.seed + 1)
-    eos = [tokenizer.eos_token_id]
-    pairs = [(encode_prompt(tokenizer, t.prompt, cfg.rollout.chat_template),
-              tokenizer(env.reference_answer(t), add_special_tokens=False)["input_ids"] + eos)
-             for t in train_tasks]
-    dev_exec = SingleTurnExecutor(dev_env, HFEngine(model, tokenizer), tokenizer, sampling_params(cfg, True),
-                                  chat_template=cfg.rollout.chat_template)
+    engine = HFEngine(model, tokenizer)
+    examples = reference_examples(cfg, env, engine, tokenizer, train_tasks, log)
+    dev_exec = (make_executor(cfg, dev_env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1  # as RL runs it
+                else SingleTurnExecutor(dev_env, engine, tokenizer, sampling_params(cfg, True),
+                                        chat_template=cfg.rollout.chat_template))
     dev_tasks = fixed_tasks(dev_env, ws.eval_tasks, cfg.data.seed + 2)
     if held_out:
         seen = {t.id for t in train_tasks}
         dev_tasks = [t for t in fixed_tasks(env, ws.eval_tasks + ws.examples, cfg.data.seed + 2)
                      if t.id not in seen][:ws.eval_tasks] or dev_tasks
-    result = train_sft(model, pairs, tokenizer.pad_token_id, lr=ws.lr, batch_size=ws.batch_size,
+    result = train_sft(model, examples, tokenizer.pad_token_id, lr=ws.lr, batch_size=ws.batch_size,
                        max_steps=ws.max_steps, eval_every=ws.eval_every, patience=ws.patience,
-                       target_accuracy=ws.target_accuracy, seed=cfg.data.seed,
-                       dev_accuracy=lambda: evaluate(dev_exec, dev_tasks, dev_exec.params)["accuracy"], log=log)
+                       target_accuracy=ws.target_accuracy, min_accuracy=ws.min_accuracy, seed=cfg.data.seed,
+                       dev_accuracy=lambda: evaluate(dev_exec, dev_tasks, sampling_params(cfg, True))["accuracy"],
+                       log=log)
     summary = {"steps": result.steps, "dev_accuracy": result.best_dev_accuracy, "seconds": result.seconds}
     if ws.cache:
         tmp = cache_tmp(cached)
@@ -65,36 +73,96 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
         (tmp / "result.json").write_text(json.dumps(summary))
         publish(tmp, cached)
     log(f"warm start: {result.steps} steps in {result.seconds:.0f} s, best dev accuracy {result.best_dev_accuracy:.3f}")
+    if result.best_dev_accuracy < ws.min_accuracy:
+        log(f"warm start: stopped early: no dev accuracy of model.warm_start.min_accuracy={ws.min_accuracy:g} in "
+            f"{len(result.history)} evaluations (the model does not learn the reference answers in this budget); "
+            f"RL starts from these weights (model.warm_start.enabled=false skips the warm start)")
     return summary
 
 
-def reference_problem(env: TextEnv, seed: int, probes: int = 3) -> str | None:
+def multi_turn_key(cfg: RunConfig, env: TextEnv) -> list[Any]:
+    """What else decides a multi-turn warm start (nothing for a single-turn env: old cache keys stay)."""
+    turns = int(getattr(env, "max_turns", 1))
+    return [] if turns <= 1 else [turns, cfg.rollout.max_total_tokens, has_reference_policy(env)]
+
+
+def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any, tasks: list[Task],
+                       log: Any = print) -> list[Any]:
+    """What the warm start learns from. Single-turn: (prompt ids, reference answer ids + EOS) pairs.
+    Multi-turn with a reference policy: its episodes, rolled out by the executor RL uses, so that actions
+    and feedback have the token boundaries RL will see (feedback masked out of the loss); failed episodes
+    are left out. Multi-turn without one: the first turn's reference answer."""
+    executor = make_executor(cfg, env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1 else None
+    if has_reference_policy(env) and hasattr(executor, "run_scripted"):
+        episodes = executor.run_scripted(tasks, lambda e: e.reference_action())
+        kept = [t for t in episodes if not t.info.get("failed")]
+        if not kept:
+            raise RuntimeError(f"every reference episode failed, e.g. {episodes[0].info.get('error')}")
+        turns = sum(t.info.get("turns", 0) for t in kept) / len(kept)
+        log(f"warm start: {len(kept)} reference episodes ({turns:.1f} turns on average, mean return "
+            f"{sum(t.reward for t in kept) / len(kept):.2f})")
+        return kept
+    if getattr(env, "max_turns", 1) > 1:
+        log("warm start: the env has no reference policy (reference_action); learning the first turn only")
+    eos = [tokenizer.eos_token_id]
+    return [(encode_prompt(tokenizer, t.prompt, cfg.rollout.chat_template),
+             tokenizer(env.reference_answer(t), add_special_tokens=False)["input_ids"] + eos) for t in tasks]
+
+
+def reference_problem(env: TextEnv, seed: int, probes: int = 3, tokenizer: Any = None,
+                      max_new_tokens: int = 0) -> str | None:
     """Why the env cannot give reference answers for a warm start (None when it can): each of a few
-    tasks' ``reference_answer`` must score above 0 through ``env.step``."""
+    tasks' ``reference_answer`` (multi-turn: its reference policy's episode) must score above 0 and,
+    with a ``tokenizer``, fit in ``max_new_tokens`` with its EOS (a longer one could never be finished,
+    so no dev task could be solved)."""
+    multi = getattr(env, "max_turns", 1) > 1
+    probe = clone_env(env) if multi else env  # a reference episode may start tools: they go with the copy
     try:
         for task in fixed_tasks(env, probes, seed):
-            env.reset(options={"task": task})
-            reward = env.step(env.reference_answer(task))[1]
+            if multi:
+                texts, reward = reference_episode(probe, task)
+                actions = texts[::2]
+            else:
+                env.reset(options={"task": task})
+                actions = [env.reference_answer(task)]
+                reward = env.step(actions[0])[1]
             if not reward > 0:
-                return f"its reference answer scores {reward} on task {task.id!r}"
+                what = "reference policy's episode" if multi else "reference answer"
+                return f"its {what} scores {reward} on task {task.id!r}"
+            if tokenizer is not None and max_new_tokens:
+                need = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in actions)
+                if need > max_new_tokens:
+                    return (f"a reference {'action' if multi else 'answer'} of task {task.id!r} takes {need} tokens "
+                            f"with its EOS, more than rollout.max_new_tokens={max_new_tokens}")
     except Exception as e:  # noqa: BLE001 - any failure means: no usable reference answers
-        return f"reference_answer()/step() raised {type(e).__name__}: {e}"
+        where = failure_info(e)["error_at"]
+        call = "reference_action()/step()" if multi else "reference_answer()/step()"
+        return f"{call} raised {type(e).__name__}: {e}" + (f" at {where}" if where else "")
+    finally:
+        if probe is not env:
+            probe.close()
     return None
 
 
-def warm_start_decision(cfg: RunConfig, env: TextEnv) -> tuple[bool, str]:
+def warm_start_decision(cfg: RunConfig, env: TextEnv, tokenizer: Any = None) -> tuple[bool, str]:
     """(run the warm start?, why) for ``model.warm_start.enabled`` true, false or null (auto)."""
     enabled = cfg.model.warm_start.enabled
     if enabled is not None:
         return enabled, f"model.warm_start.enabled={str(enabled).lower()}"
     if cfg.model.path != "tiny":
         return False, "model.path is not tiny; set model.warm_start.enabled=true to run it"
-    if getattr(env, "max_turns", 1) > 1:
-        return False, "multi-turn env; set model.warm_start.enabled=true to run it on the first turn"
-    problem = reference_problem(env, cfg.data.seed + 1)
+    multi = getattr(env, "max_turns", 1) > 1
+    if multi and not has_reference_policy(env):
+        return False, ("multi-turn env without a reference policy; define reference_action(self) -> str "
+                       "(examples/custom_env/README.md)")
+    problem = reference_problem(env, cfg.data.seed + 1, tokenizer=tokenizer, max_new_tokens=cfg.rollout.max_new_tokens)
     if problem:
-        return False, f"the env gives no usable reference answers ({problem}); define reference_answer(task)"
-    return True, "auto: tiny model and an env with reference answers"
+        fix = "fix reference_action()" if multi else "define reference_answer(task)"
+        if "rollout.max_new_tokens" in problem:
+            fix = "raise rollout.max_new_tokens or shorten the reference"
+        return False, f"the env gives no usable reference answers ({problem}); {fix}"
+    return True, ("auto: tiny model and an env with a reference policy (reference_action)" if multi
+                  else "auto: tiny model and an env with reference answers")
 
 
 def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv,
@@ -103,7 +171,7 @@ def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str
 
     ``make_dev_env()`` builds the dev env; when it raises (the env has no dev split) the dev tasks
     are held out of the training tasks instead."""
-    run, why = warm_start_decision(cfg, env)
+    run, why = warm_start_decision(cfg, env, tokenizer)
     if not run:
         log(f"warm start: off ({why})")
         return None

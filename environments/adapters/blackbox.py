@@ -8,18 +8,20 @@ every completion token-exact and stitches them into one trajectory, the agent's 
 as feedback. The reward is ``reward(str(result), task)``: any reward name, ``module:function`` or
 ``FILE.py:FUNCTION`` (ours, or an OpenRLHF / verl / TRL reward function; default ``math``).
 
-Tasks come from ``dataset`` (JSONL or parquet; ``prompt_key`` / ``label_key``, default
-``prompt`` / ``label``). ``concurrency`` agents run at once and share the endpoint.
+Tasks come from ``dataset`` (JSONL or parquet), one per row: the ``prompt_key`` field (default
+``prompt``) is ``task["prompt"]``, the ``label_key`` field (default ``label``) ``task["answer"]``, every
+other field ``task["metadata"]``; ``task["id"]`` is ``agent-<row>``. Held-out data: ``{split}`` in the
+path becomes the split, or ``env.eval_kwargs: {dataset: ...}``; evaluation on the training rows is
+warned about. ``concurrency`` agents run at once and share the endpoint.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentrl.env import EnvError
+from agentrl.env import EnvError, construct
 from agentrl.types import RewardResult, Task
-from environments.sources import DatasetEnv, load_records
-from rewards.registry import get_reward, load_object
+from environments.sources import DatasetEnv, load_records, load_user_object, reward_by_name
 
 
 class BlackBoxAgentEnv(DatasetEnv):
@@ -30,9 +32,10 @@ class BlackBoxAgentEnv(DatasetEnv):
                  render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         self.agent_spec, self.reward_spec, self.concurrency = agent, reward, concurrency
-        self.agent_fn = load_object(agent)
+        self.agent_fn = load_user_object(agent, "agent")
         if not callable(self.agent_fn):
-            raise TypeError(f"agent {agent!r} is not a function")
+            raise EnvError(f"agent:{agent}: {agent.rpartition(':')[2]!r} is not a function")
+        self.reward_fn = reward_by_name(reward, "agent")
         rows = load_records(dataset, split)
         missing = [k for k in (prompt_key, label_key) if rows and k not in rows[0]]
         if missing:
@@ -47,14 +50,14 @@ class BlackBoxAgentEnv(DatasetEnv):
 
     def agent_reward(self, result: Any, task: Task) -> float:
         """The reward of the agent's result."""
-        return float(get_reward(self.reward_spec)("" if result is None else str(result), task).score)
+        return float(self.reward_fn("" if result is None else str(result), task).score)
 
     def score(self, action: str, task: Task) -> RewardResult:
-        return get_reward(self.reward_spec)(action, task)
+        return self.reward_fn(action, task)
 
 
 def make_env(rest: str, **kwargs: Any) -> BlackBoxAgentEnv:
     """``agent:FILE.py:FUNCTION`` (or ``agent:module:function``) with a ``dataset`` kwarg."""
     if "dataset" not in kwargs:
         raise EnvError("agent env needs env.kwargs.dataset: a JSONL or parquet file of tasks")
-    return BlackBoxAgentEnv(rest, **kwargs)
+    return construct(BlackBoxAgentEnv, f"agent:{rest}", rest, **kwargs)

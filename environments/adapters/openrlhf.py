@@ -14,8 +14,10 @@ label})`` gives the first observation, then every turn ``await step(states)`` wi
 - A custom ``AgentExecutor.execute`` is out of scope (agentrl runs the episode loop, token-exact):
   such a file is refused with a clear error.
 
-Prompts and labels come from ``dataset`` (JSONL or parquet; ``{split}`` in the path is the split)
-with fields ``prompt_key`` / ``label_key`` (OpenRLHF's ``--data.input_key`` / ``--data.label_key``).
+Prompts and labels come from ``dataset`` (JSONL or parquet; ``{split}`` in the path is the split, so
+``data/{split}.jsonl`` evaluates on ``data/test.jsonl``; without it give ``env.eval_kwargs: {dataset:
+...}``, or evaluation runs on the training rows, with a warning) with fields ``prompt_key`` /
+``label_key`` (OpenRLHF's ``--data.input_key`` / ``--data.label_key``).
 ``openrlhf.utils.agent`` resolves to :mod:`.openrlhf_shim` when OpenRLHF is not installed.
 """
 
@@ -27,7 +29,7 @@ import inspect
 from collections.abc import Coroutine
 from typing import Any
 
-from agentrl.env import EnvError
+from agentrl.env import EnvError, construct
 from agentrl.types import Task
 from environments.adapters.openrlhf_shim import install as install_shim
 from environments.sources import DatasetEnv, load_records
@@ -145,4 +147,4 @@ def make_env(rest: str, **kwargs: Any) -> OpenRLHFAgentEnv:
         raise EnvError(f"openrlhf:{rest}: expected openrlhf:path/to/agent_func.py")
     if "dataset" not in kwargs:
         raise EnvError("openrlhf env needs env.kwargs.dataset: a JSONL or parquet file of prompts and labels")
-    return OpenRLHFAgentEnv(rest, **kwargs)
+    return construct(OpenRLHFAgentEnv, f"openrlhf:{rest}", rest, **kwargs)

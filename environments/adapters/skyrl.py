@@ -8,18 +8,19 @@ The class is a SkyRL-gym ``BaseTextEnv`` used unchanged: for every episode it is
 "reward", "done", "metadata"}``. Multi-turn: the observations (chat messages) of a step that is
 not done are the next turn's feedback (their contents joined; the role of the first is the
 feedback role). The episode's reward is the sum of the step rewards. ``env_config`` comes from
-``env.kwargs.env_config``; rows from ``env.kwargs.dataset`` (JSONL or parquet). Needs the
-optional extra ``skyrl-gym``.
+``env.kwargs.env_config``; rows from ``env.kwargs.dataset`` (JSONL or parquet). Held-out data:
+``{split}`` in the dataset path becomes the split (``env.eval_kwargs`` sets ``split: test``), or give
+``env.eval_kwargs: {dataset: test.jsonl}``; a path without ``{split}`` reads the training rows for
+evaluation too, and the run says so in a warning. Needs the optional extra ``skyrl-gym``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentrl.env import EnvError
+from agentrl.env import EnvError, construct
 from agentrl.types import Task
-from environments.sources import DatasetEnv, load_records
-from rewards.registry import load_object
+from environments.sources import DatasetEnv, load_records, load_user_object
 
 
 class SkyRLEnv(DatasetEnv):
@@ -31,7 +32,7 @@ class SkyRLEnv(DatasetEnv):
                  max_turns: int = 1, split: str = "train", limit: int | None = None,
                  render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
-        self.env_cls = load_object(env_class)
+        self.env_cls = load_user_object(env_class, "skyrl")
         self.env_config = dict(env_config or {})
         self.max_turns = max_turns
         rows = load_records(dataset, split)
@@ -77,4 +78,4 @@ def make_env(rest: str, **kwargs: Any) -> SkyRLEnv:
     """``skyrl:module:Class`` or ``skyrl:FILE.py:Class`` with ``dataset`` (and ``env_config``) kwargs."""
     if "dataset" not in kwargs:
         raise EnvError("skyrl env needs env.kwargs.dataset: a JSONL or parquet file of SkyRL rows")
-    return SkyRLEnv(rest, **kwargs)
+    return construct(SkyRLEnv, f"skyrl:{rest}", rest, **kwargs)

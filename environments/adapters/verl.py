@@ -4,18 +4,18 @@ Each row is a verl RL record: ``prompt`` (chat messages), ``reward_model.ground_
 task's answer), ``data_source`` and ``extra_info`` (kept in the task's metadata, so a verl
 ``compute_score`` given as ``reward.fn: FILE.py:compute_score`` receives them). Without
 ``reward.fn`` the answer is checked by agentrl's math verifier (``reward=NAME`` picks another
-registered reward). ``{split}`` in the path is replaced by the split name; parquet needs pyarrow,
-JSONL works too.
+registered reward). ``{split}`` in the path is replaced by the split name (held-out data: ``verl:
+data/{split}.parquet`` evaluates on ``data/test.parquet``; a path without it evaluates on the training
+rows, with a warning); parquet needs pyarrow, JSONL works too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentrl.env import EnvError
+from agentrl.env import EnvError, construct
 from agentrl.types import RewardResult, Task
-from environments.sources import DatasetEnv, load_records
-from rewards.registry import get_reward
+from environments.sources import DatasetEnv, load_records, reward_by_name
 
 
 def row_task(i: int, row: dict[str, Any], where: str) -> Task:
@@ -44,11 +44,12 @@ class VerlDatasetEnv(DatasetEnv):
         rows = load_records(path, split)
         self.set_tasks([row_task(i, r, path) for i, r in enumerate(rows)], limit)
         self.reward_name = reward
+        self.reward_fn = reward_by_name(reward, "verl")
 
     def score(self, action: str, task: Task) -> RewardResult:
-        return get_reward(self.reward_name)(action, task)
+        return self.reward_fn(action, task)
 
 
 def make_env(rest: str, **kwargs: Any) -> VerlDatasetEnv:
     """``verl:PATH`` (parquet or JSONL of verl records)."""
-    return VerlDatasetEnv(rest, **kwargs)
+    return construct(VerlDatasetEnv, f"verl:{rest}", rest, **kwargs)

@@ -27,7 +27,9 @@ from agentrl.training.trainer import Trainer
 from agentrl.types import Task
 from rewards.client import RemoteReward, RemoteRewardError
 
-ENV = ["env.id=faultkit:FlakyArithmetic", "rollout.env_workers=1"]  # one env instance: every third step raises
+# one env instance: every third step raises (a third of the episodes: under a max_failure_rate of 0.5)
+ENV = ["env.id=faultkit:FlakyArithmetic", "env.kwargs={digits: 2, operators: '+', terms: 2, template: '{expr}=', "
+       "bare_answer: true}", "rollout.env_workers=1", "env.max_failure_rate=0.5"]
 
 
 def _rows(run: Path) -> list[dict]:
@@ -44,8 +46,7 @@ def _fit(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
     return summary, _steps(tmp_path)
 
 
-def test_env_raising_in_step_fails_only_those_episodes(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="agentrl.rollout.executors.single_turn")
+def test_env_raising_in_step_fails_only_those_episodes(tmp_path, capsys):
     handler = signal.getsignal(signal.SIGTERM)
     summary, steps = _fit(tmp_path, *ENV, "learner.total_steps=2")
     assert summary["steps"] == 2 and len(steps) == 2 and "interrupted" not in summary
@@ -53,7 +54,9 @@ def test_env_raising_in_step_fails_only_those_episodes(tmp_path, caplog):
     # every third env.step raises: 16 samples a step -> 5 or 6 failed, the rest scored
     assert all(5 <= r["failed/count"] <= 6 for r in steps)
     assert all(r["samples_used"] == 16 - r["failed/count"] for r in steps)  # failed samples never train
-    assert "FlakyArithmetic raised" in caplog.text and "injected env fault" in caplog.text
+    err = capsys.readouterr().err  # the traceback once (here and in the run directory), then counts
+    assert err.count("RuntimeError: injected env fault") == 1 and "faultkit.py:" in err and "x RuntimeError at" in err
+    assert (tmp_path / "env_errors.log").read_text().count("injected env fault") >= 1
     assert latest_checkpoint(tmp_path) is not None  # the run finished and saved
 
 

@@ -55,8 +55,12 @@ def test_trains_two_steps_on_a_running_openenv_server(tmp_path, word_server):
         assert t.reward == (1.0 if said == target else 0.5 if target in said else 0.0)
 
 
-def test_the_action_field_comes_from_the_schema_and_errors_name_the_fields(word_server):
-    url = word_server
+def test_the_action_field_comes_from_the_schema_and_errors_name_the_fields():
+    with uvicorn_app("openenv_word:app") as (url, _):  # a server of its own: nothing of another test's sessions
+        _check_fields(url)
+
+
+def _check_fields(url: str) -> None:
     env = make(f"openenv:{url}")
     assert env.action_field == "message"
     text, info = env.reset(options={"task": env.sample_task(env.np_random)})

@@ -14,6 +14,10 @@ pre-builds it).
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,14 +26,30 @@ import torch
 from agentrl.distributed.strategies.base import Strategy
 
 
+@contextlib.contextmanager
+def _without_build_notice() -> Iterator[None]:
+    """stdout of the block, less DeepSpeed's "DeepSpeed ... built successfully" line (its comm op, built
+    once at install, is loaded on every rank); anything else printed goes on to stdout."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield
+    finally:
+        kept = [line for line in buffer.getvalue().splitlines(keepends=True)
+                if not re.fullmatch(r"DeepSpeed \S+ built successfully\s*", line)]
+        sys.stdout.write("".join(kept))
+
+
 class DeepSpeedStrategy(Strategy):
     name = "deepspeed"
 
     def __init__(self, *, zero_stage: int = 2, offload_optimizer: bool = False, offload_params: bool = False,
                  grad_clip: float = 1.0, dtype: str = "float32") -> None:
+        from agentrl.models import quiet_library_output
         from agentrl.preflight import require_deepspeed_api
 
         require_deepspeed_api()
+        quiet_library_output()  # in a Ray actor too: no CPU-accelerator notice per rank
         import deepspeed
 
         if zero_stage not in (0, 1, 2, 3):
@@ -37,8 +57,8 @@ class DeepSpeedStrategy(Strategy):
         if offload_params and zero_stage != 3:
             raise ValueError("offload_params needs ZeRO stage 3")
         self.zero_stage, self.offload_optimizer, self.offload_params = zero_stage, offload_optimizer, offload_params
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
-                                   verbose=False)
+        with _without_build_notice():
+            deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
         super().__init__(grad_clip=grad_clip, dtype=dtype)
 
     def config(self) -> dict[str, Any]:

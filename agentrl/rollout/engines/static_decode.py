@@ -215,7 +215,7 @@ def _attend(q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, am: torch.Tensor)
     """One query per row: q (b,heads,hd) over keys K, values V (b,kv_heads,L,hd) with the additive
     mask am (b,1,1,L) -> (b,heads,hd). Two batched matmuls: query heads sharing a KV head are the
     rows of one (group, hd) @ (hd, L) product. In the decode loop, with every layer's cache live, this
-    ran ~5% faster than ATen's SDPA flash kernel, which is tuned for many queries (``bench/README.md``)."""
+    ran ~5% faster than ATen's SDPA flash kernel, which is tuned for many queries (measured in issue 19: git history of ``bench/README.md``)."""
     b, nh, hd = q.shape
     nkv = K.shape[1]
     scores = torch.matmul(q.view(b, nkv, nh // nkv, hd), K.transpose(-1, -2)).mul_(hd ** -0.5).add_(am)

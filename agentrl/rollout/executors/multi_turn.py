@@ -35,9 +35,10 @@ sharing its read-only ``tasks`` list). Env steps run concurrently on an ``EnvPoo
 threads; an ``async def step`` on its event loop), each under the pool's deadline, and the turns
 batch continuously: every episode whose env has answered goes back to the engine in one
 ``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
-a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True`` and the
-error text in ``info["error"]``; so does a step whose info says ``failed`` (an env whose grader could not
-run: an infrastructure failure, not a 0). ``info["action_versions"]`` holds the policy version of each
+a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True``, the
+error in ``info["error"]`` and its traceback in ``info["traceback"]`` (the trainer shows each distinct
+error once: ``agentrl.rollout.failures``); so does a step whose info says ``failed`` (an env whose grader
+could not run: an infrastructure failure, not a 0). ``info["action_versions"]`` holds the policy version of each
 turn's engine (``engine.version``, asynchronous runs), when it has one.
 
 **The env's record.** The keys of a step's ``info["trajectory_info"]`` (a dict) are copied into the
@@ -48,13 +49,14 @@ workspace env: ``commands``, ``outputs``, ``diff``, ``verifier``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.env import TextEnv
 from agentrl.rollout.chat_turns import REPLY_MARK, closing_left, turn_closing
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
-from agentrl.rollout.env_pool import EnvPool, Pending, clone_env
+from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import Segment, Task, Trajectory
 
@@ -167,6 +169,29 @@ class MultiTurnExecutor:
                     ready.append(e)
         return [self._trajectory(e) for e in episodes]
 
+    def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str]) -> list[Trajectory]:
+        """One episode per task whose actions are ``act(env)`` (a scripted policy, e.g. the env's
+        ``reference_action``), stitched as :meth:`run` stitches the engine's: the action's tokens and
+        the EOS, cut at the turn's budget as a generated turn would be, then the feedback's tokens."""
+        params, eos = self.params, self.tokenizer.eos_token_id
+        budget = self.max_total_tokens or params.max_new_tokens * self.max_turns
+        episodes = []
+        for i, task in enumerate(tasks):
+            e = self._start(task, i)
+            while not e.done:
+                try:
+                    ids = self.tokenizer(act(e.env), add_special_tokens=False)["input_ids"] + [eos]
+                except Exception as exc:  # a broken reference policy fails its episode
+                    self._fail(e, exc)
+                    break
+                comp = Completion(ids, [0.0] * len(ids), "stop")
+                ids, text = self._act(e, comp, min(params.max_new_tokens, budget - e.response_tokens), budget, None)
+                pending = self.pool.submit(e.env.step, text)
+                self.pool.wait_all([pending])
+                self._observe(e, ids, pending, budget)
+            episodes.append(e)
+        return [self._trajectory(e) for e in episodes]
+
     # ------------------------------------------------------------------ one episode
     def _start(self, task: Task, group_id: int) -> Episode:
         env = clone_env(self.env)
@@ -239,8 +264,8 @@ class MultiTurnExecutor:
             log.warning("env %s failed to close: %r", type(e.env).__name__, exc)
 
     def _fail(self, e: Episode, exc: BaseException) -> None:
-        log.warning("env %s raised on task %s: %r", type(e.env).__name__, e.task.id, exc)
-        e.info.update(error=f"{type(exc).__name__}: {exc}", failed=True, verified=True)
+        log.debug("env %s raised on task %s: %r", type(e.env).__name__, e.task.id, exc)
+        e.info.update(failure_info(exc), failed=True, verified=True)
         e.turn_rewards.append(0.0)
         self._end(e, True, False, "failed")
 

@@ -5,26 +5,42 @@ Token-exact: the prompt ids and the engine's generated ids (with their log-probs
 concurrently on an ``EnvPool`` (each worker thread steps its own copy of the env; an ``async def
 step`` runs on the pool's event loop), each under the pool's deadline. An exception inside the env,
 or a step past its deadline, marks that episode failed (reward 0, ``info["failed"]``, the error in
-``info["error"]``) and the batch goes on; so does a step whose info says ``failed``. As in the
-multi-turn executor, the keys of a step's ``info["trajectory_info"]`` go into the trajectory's info
-and its ``info["calls"]`` become ``info["tool_calls"]``. ``info["action_versions"]`` holds the policy
-version of the engine that generated the response (``engine.version``, asynchronous runs), when it
-has one.
+``info["error"]``, its traceback in ``info["traceback"]``) and the batch goes on; so does a step whose
+info says ``failed``. As in the multi-turn executor, the keys of a step's ``info["trajectory_info"]`` go
+into the trajectory's info and its ``info["calls"]`` become ``info["tool_calls"]``. A ``step`` that
+returns ``terminated=False`` (feedback for a next turn) ends the episode anyway, as ``max_turns``
+(truncated), with a warning once per env class: the env forgot ``max_turns > 1``. ``info["action_versions"]``
+holds the policy version of the engine that generated the response (``engine.version``, asynchronous
+runs), when it has one.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import threading
 from typing import Any
 
 from agentrl.env import TextEnv
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
-from agentrl.rollout.env_pool import EnvPool, Pending, clone_env
+from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.types import Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
+_warned_turns: set[str] = set()  # env classes already warned about a forgotten max_turns
+
+
+def warn_forgotten_max_turns(env: Any, observation: Any) -> None:
+    """Once per env class: its single-turn episode got ``terminated=False`` (and feedback) from ``step``."""
+    name = type(env).__name__
+    if name in _warned_turns:
+        return
+    _warned_turns.add(name)
+    shown = str(observation)[:60]
+    print(f"warning: env {name}: step returned terminated=False" + (f" with feedback {shown!r}" if shown else "")
+          + f", but {name}.max_turns is {getattr(env, 'max_turns', 1)}, so every episode ends after one turn (end "
+          f"reason max_turns); set max_turns > 1 on the class for a multi-turn env", file=sys.stderr, flush=True)
 
 
 def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]], chat_template: bool) -> list[int]:
@@ -130,7 +146,7 @@ class SingleTurnExecutor:
         text = self.decode(comp.token_ids) if text is None else text
         info: dict[str, Any] = {"finish_reason": comp.finish_reason, "response": text}
         try:
-            _, reward, terminated, truncated, step_info = self._score(task, text) if step is None else step.result()
+            obs, reward, terminated, truncated, step_info = self._score(task, text) if step is None else step.result()
             info.update(verified=step_info.get("verified", True),
                         reward_components=step_info.get("reward_components", {}))
             if "parsed" in step_info:  # the env's parsed final answer (majority voting in evaluation)
@@ -142,13 +158,18 @@ class SingleTurnExecutor:
                 reward = 0.0
                 info.update(failed=True, error=step_info.get("error") or "the env marked the episode failed")
         except Exception as e:  # a crashing env fails this episode, not the batch
-            log.warning("env %s raised on task %s: %r", type(self.env).__name__, task.id, e)
+            log.debug("env %s raised on task %s: %r", type(self.env).__name__, task.id, e)
             reward, terminated, truncated = 0.0, True, False
-            info.update(error=f"{type(e).__name__}: {e}", verified=True, failed=True)
+            info.update(failure_info(e), verified=True, failed=True)
+        out_of_turns = not (terminated or truncated)  # the env wanted another turn: max_turns is 1
+        if out_of_turns:
+            warn_forgotten_max_turns(self.env, obs)
         info["turns"], info["end_reason"] = 1, ("failed" if info.get("failed") else "turn_budget"
                                                 if comp.finish_reason == "length" else
-                                                "env_truncated" if truncated else "terminated")
+                                                "env_truncated" if truncated else
+                                                "max_turns" if out_of_turns else "terminated")
         return Trajectory(prompt_ids=list(prompt), segments=[Segment(comp.token_ids, True, comp.logprobs)],
                           reward=float(reward), task_id=task.id, group_id=group_id, turn_rewards=[float(reward)],
-                          terminated=bool(terminated), truncated=bool(truncated) or comp.finish_reason == "length",
+                          terminated=bool(terminated),
+                          truncated=bool(truncated) or out_of_turns or comp.finish_reason == "length",
                           info=info)
