@@ -141,7 +141,8 @@ def task_row(root: Path, project: Project, m: Mutation, failing: list[str]) -> d
         return None
     script, output = repro
     digest = hashlib.sha256(f"{project.key}:{m.id}".encode()).hexdigest()[:10]
-    hidden = sorted({t.rsplit(".", 2)[0].replace(".", "/") + ".py" for t in failing})
+    package = project.tests.strip("/").replace("/", ".") + "."  # doctests of the package's docstrings are in its source
+    hidden = sorted({t.rsplit(".", 2)[0].replace(".", "/") + ".py" for t in failing if t.startswith(package)})
     return {"id": f"{project.key}-{digest}", "project": project.name, "version": project.version, "file": m.file,
             "function": m.function, "kind": m.kind, "line": m.line, "mutation": m.id,
             "patch": unified_diff(m.file, pristine, m.apply(pristine)), "fail_to_pass": failing,

@@ -60,7 +60,7 @@ def test_shipped_data_is_small() -> None:
     """One copy of each project and a patch per task: well under a few MB."""
     total = sum(f.stat().st_size for f in DATA_DIR.rglob("*") if f.is_file())
     assert total < 4 * 2**20, total
-    assert all(r["patch"].count("\n+++ ") == 0 and r["patch"].startswith("--- a/") for r in ROWS)
+    assert all(r["patch"].count("\n+++ ") == 1 and r["patch"].startswith("--- a/") for r in ROWS)
 
 
 def test_instructions_read_like_issues_and_hide_the_tests_and_the_diff() -> None:
@@ -80,14 +80,19 @@ def test_instructions_read_like_issues_and_hide_the_tests_and_the_diff() -> None
 
 def test_every_patch_is_a_mutation_the_finder_makes() -> None:
     """Each shipped patch applies to its pinned file and is one of the file's mutation sites."""
-    sources: dict[tuple[str, str], str] = {}
-    for r in ROWS[::7]:
+    found: dict[tuple[str, str], dict] = {}
+    checked = 0
+    for r in ROWS:
         key = (r["project"], r["file"])
-        if key not in sources:
-            sources[key] = project_files(PROJECTS[r["project"]])[r["file"]].decode()
-        ids = {m.id: m for m in find_mutations(sources[key], r["file"])}
-        m = ids[r["mutation"]]
+        if key not in found:
+            source = project_files(PROJECTS[r["project"]])[r["file"]].decode()
+            if len(source) > 15_000:  # the sites of a large file take seconds to minutes (the slow tier's check)
+                continue
+            found[key] = {m.id: m for m in find_mutations(source, r["file"])}
+        m = found[key][r["mutation"]]
         assert m.kind == r["kind"] and m.line == r["line"]
+        checked += 1
+    assert checked >= 30 and len({p for p, _ in found}) >= 2, (checked, found.keys())
 
 
 @pytest.fixture(scope="module")
