@@ -81,6 +81,7 @@ def test_an_episode_on_repo_repair_against_the_tiny_model_trains_one_step(tmp_pa
                   expect_steps=[1])
     assert steps[0]["samples_used"] == 2
     rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
-    trained = [r for r in rows if r.get("split") != "eval"]
-    assert trained and all(r["turns"] >= 1 and not r["failed"] for r in trained)
-    assert all("mswea_bash_command" in r["prompt"] for r in trained)  # mini-swe-agent's own system prompt
+    assert rows and all(r["turns"] >= 1 and not r["failed"] for r in rows)  # the logged episodes (held-out)
+    assert all("mswea_bash_command" in r["prompt"] for r in rows)  # mini-swe-agent's own system prompt
+    actions = [s for r in rows for s in r["segments"] if s["role"] == "action"]
+    assert actions and all(len(s["logprobs"]) == len(s["token_ids"]) > 0 for s in actions)  # sampled tokens
