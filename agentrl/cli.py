@@ -169,11 +169,20 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    """``agentrl tasks list | check DIR``: Harbor task directories (agentrl.evaluation.tasks)."""
+    """``agentrl tasks list | check DIR``: Harbor task directories (agentrl.evaluation.tasks);
+    ``agentrl tasks export ENV_ID OUT``: a workspace env's tasks written as such (agentrl.evaluation.task_export)."""
     from agentrl.env import EnvError
     from agentrl.evaluation.tasks import check_tasks, list_tasks
 
     try:
+        if args.action == "export":
+            from agentrl.evaluation.task_export import export_tasks, parse_kwargs
+
+            if not args.extra:
+                raise EnvError("usage: agentrl tasks export ENV_ID OUT --n N [--seed S] [KEY=VALUE ...]")
+            return export_tasks(args.dir, args.extra[0], args.n, args.seed, parse_kwargs(args.extra[1:]))
+        if args.extra:
+            raise EnvError(f"unexpected arguments after {args.dir}: {' '.join(args.extra)}")
         if args.action == "list":
             return list_tasks(args.dir, backend=args.backend)
         return check_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, verbose=args.verbose)
@@ -248,9 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)
-    k = sub.add_parser("tasks", help="Harbor task directories: list them, or check each (oracle 1.0, no-op 0.0)")
-    k.add_argument("action", choices=["list", "check"])
-    k.add_argument("dir", help="a Harbor task directory, or a folder of them")
+    k = sub.add_parser("tasks", help="Harbor task directories: list them, check each (oracle 1.0, no-op 0.0), or "
+                                     "export a workspace env's tasks as them")
+    k.add_argument("action", choices=["list", "check", "export"])
+    k.add_argument("dir", metavar="DIR|ENV_ID", help="list/check: a Harbor task directory, or a folder of them; "
+                                                      "export: the env id (agentrl/Terminal-v0, ...)")
+    k.add_argument("extra", nargs="*", metavar="OUT [KEY=VALUE ...]",
+                   help="export: the folder to write, then the env's keyword arguments (values as YAML)")
+    k.add_argument("--n", type=int, default=10, help="export: how many tasks (default 10)")
+    k.add_argument("--seed", type=int, default=0, help="export: the seed that draws them (default 0)")
     k.add_argument("--backend", choices=["local", "docker"], default="local", help="workspace backend")
     k.add_argument("--json", action="store_true", help="check: one JSON line per task")
     k.add_argument("--jobs", "-j", type=int, default=1, help="check: tasks checked at once")

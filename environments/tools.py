@@ -110,6 +110,18 @@ def parse_tool_calls(action: str) -> list[dict[str, Any] | ToolCallError]:
     return out
 
 
+def invoke(tools: dict[str, Any], call: dict[str, Any] | ToolCallError) -> str:
+    """The result text of one parsed call ``{"name", "arguments"}`` on ``tools``; a call that could not be
+    parsed, an unknown tool or wrong arguments raise :class:`ToolCallError`."""
+    if isinstance(call, ToolCallError):
+        raise call
+    tool = tools.get(call["name"])
+    if tool is None:
+        raise ToolCallError(f"unknown tool {call['name']!r}; available: {', '.join(tools)}")
+    check_arguments(tool, call["arguments"])
+    return str(tool(**call["arguments"]))
+
+
 def check_arguments(tool: Tool, args: dict[str, Any]) -> None:
     """Raise :class:`ToolCallError` when ``args`` do not fit the tool's JSON schema (names, types)."""
     props = tool.parameters.get("properties", {})
@@ -242,13 +254,7 @@ class ToolEnv(TextEnv):
             error = f"the limit of {self.max_tool_calls} tool calls is reached; give your final answer now."
             return f"Error: {error}", error
         try:
-            if isinstance(call, ToolCallError):
-                raise call
-            tool = self.tools.get(call["name"])
-            if tool is None:
-                raise ToolCallError(f"unknown tool {call['name']!r}; available: {', '.join(self.tools)}")
-            check_arguments(tool, call["arguments"])
-            return str(tool(**call["arguments"])), None
+            return invoke(self.tools, call), None
         except ToolCallError as e:
             return f"Error: {e}", str(e)
 

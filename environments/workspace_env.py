@@ -41,7 +41,7 @@ from typing import Any
 from agentrl.env import EnvError, TextEnv
 from agentrl.types import Task
 from environments.tool_parsers import PROMPTS, get_parser
-from environments.tools import ToolCallError, check_arguments, tools_text
+from environments.tools import ToolCallError, invoke, tools_text
 from environments.workspace_tools import WorkspaceSession, call_line, workspace_tools
 from sandbox.workspace import BACKENDS, Tree, TreeTooLarge, WorkspaceSpec
 from sandbox.workspace.base import tree_diff
@@ -146,13 +146,7 @@ class WorkspaceEnv(TextEnv):
         An infrastructure failure (:class:`sandbox.workspace.WorkspaceError`) propagates: the episode fails."""
         error = None
         try:
-            if isinstance(call, ToolCallError):
-                raise call
-            tool = self.tools.get(call["name"])
-            if tool is None:
-                raise ToolCallError(f"unknown tool {call['name']!r}; available: {', '.join(self.tools)}")
-            check_arguments(tool, call["arguments"])
-            out = str(tool(**call["arguments"]))
+            out = invoke(self.tools, call)
         except (ToolCallError, TypeError, ValueError) as e:
             error = str(e)
             out = f"Error: {error}"

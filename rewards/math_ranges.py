@@ -42,6 +42,12 @@ Eq = Callable[[str, str], "bool | None"]
 
 def split_inequality(s: str) -> tuple[list[str], list[str]]:
     """Top-level members and signs of an inequality chain (``=`` is not split here)."""
+    return split_top_level(s, _RELS)
+
+
+def split_top_level(s: str, rels: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Members of ``s`` between the signs ``rels`` found outside brackets, and those signs (in order;
+    a longer sign must come before its prefix; ``\\leq`` is not found inside ``\\leqslant``)."""
     parts, ops, depth, start, i = [], [], 0, 0, 0
     while i < len(s):
         ch = s[i]
@@ -50,7 +56,7 @@ def split_inequality(s: str) -> tuple[list[str], list[str]]:
         elif ch in ")]}":
             depth -= 1
         elif depth == 0:
-            op = next((r for r in _RELS if s.startswith(r, i) and not (r[0] == "\\" and s[i + len(r):i + len(r) + 1].isalpha())), None)
+            op = next((r for r in rels if s.startswith(r, i) and not (r[0] == "\\" and s[i + len(r):i + len(r) + 1].isalpha())), None)
             if op is not None:
                 parts.append(s[start:i].strip())
                 ops.append(op)

@@ -28,7 +28,7 @@ from rewards import math_expr as mx
 from rewards import mathnorm as mn
 from rewards.math_items import several
 from rewards.math_labels import bound_variables, is_label, is_simple_lhs, label_key, labelled, rename_bound
-from rewards.math_ranges import as_set
+from rewards.math_ranges import as_set, split_top_level
 
 _RELS = ("\\approx", "\\leq", "\\geq", "\\neq", "=", "<", ">")
 _FLIP = {">": "<", "\\geq": "\\leq"}
@@ -37,24 +37,7 @@ Eq = Callable[[str, str], "bool | None"]
 
 def split_relations(s: str) -> tuple[list[str], list[str]]:
     """Top-level members and relation signs: ``a < b \\leq c`` -> ``([a, b, c], [<, \\leq])``."""
-    parts, ops, depth, start, i = [], [], 0, 0, 0
-    while i < len(s):
-        ch = s[i]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0:
-            op = next((r for r in _RELS if s.startswith(r, i) and not (r[0] == "\\" and s[i + len(r):i + len(r) + 1].isalpha())), None)
-            if op is not None:
-                parts.append(s[start:i].strip())
-                ops.append(op)
-                i += len(op)
-                start = i
-                continue
-        i += 1
-    parts.append(s[start:].strip())
-    return parts, ops
+    return split_top_level(s, _RELS)
 
 
 def _drop_approx(s: str) -> str:

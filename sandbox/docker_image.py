@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable, Sequence
 from typing import Any
 
 TOOLS = ("sh", "sleep", "id", "cat", "echo", "ls", "env", "true", "false", "kill")
@@ -113,13 +114,18 @@ def write_rootfs(path: str) -> None:
 
 def build_local_image(client: Any = None, tag: str | None = None) -> str:
     """Build (once; cached by tag) the local image and return its tag."""
+    return import_rootfs_once(client, tag or local_image_tag(), "agentrl-sandbox-image.lock", write_rootfs)
+
+
+def import_rootfs_once(client: Any, tag: str, lock_name: str, write: Callable[[str], None],
+                       changes: Sequence[str] = ()) -> str:
+    """The image ``tag``: imported from the root file system tar that ``write(path)`` makes, unless it
+    exists; one build at a time across processes (a file lock named ``lock_name`` in the temp dir)."""
     import docker
 
     client = client or docker.from_env()
-    tag = tag or local_image_tag()
-    lock_path = os.path.join(tempfile.gettempdir(), "agentrl-sandbox-image.lock")
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time across processes
+    with open(os.path.join(tempfile.gettempdir(), lock_name), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             client.images.get(tag)
             return tag
@@ -127,9 +133,10 @@ def build_local_image(client: Any = None, tag: str | None = None) -> str:
             pass
         with tempfile.TemporaryDirectory() as tmp:
             rootfs = os.path.join(tmp, "rootfs.tar")
-            write_rootfs(rootfs)
+            write(rootfs)
             repo, _, version = tag.partition(":")
-            client.api.import_image_from_file(rootfs, repository=repo, tag=version or "latest")
+            client.api.import_image_from_file(rootfs, repository=repo, tag=version or "latest",
+                                              changes=list(changes) or None)
         client.images.get(tag)
     return tag
 

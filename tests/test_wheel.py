@@ -75,6 +75,9 @@ def test_the_wheel_installed_outside_the_repository_lists_envs_and_trains(tmp_pa
     for path in ("licenses/LICENSE", "licenses/NOTICE", "licenses/licenses/MBPP-CC-BY-4.0.txt"):
         assert f"{info}/{path}" in names
     assert "environments/data/gsm8k_test.jsonl" in names and "sandbox/_runtime/_server.py" in names
+    # RepoRepair-v0's task set, its pinned projects' shipped copies and their licenses
+    for path in ("tasks.jsonl.gz", "projects.json", "projects/cachetools-5.5.0.tar.gz", "licenses/idna-3.10-LICENSE.md"):
+        assert f"environments/data/repo_repair/{path}" in names, path
     meta = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in meta
 

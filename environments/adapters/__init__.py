@@ -12,7 +12,9 @@ Env ids with a framework prefix (registered at plugin load by :func:`register_fa
 - ``openenv:URL``, ``openenv:module:app``, ``openenv:docker:IMAGE`` — an OpenEnv server's env
   (:mod:`.openenv`);
 - ``verifiers:NAME_OR_PATH`` — a verifiers taskset run by its own loop on the policy's endpoint
-  (:mod:`.verifiers`).
+  (:mod:`.verifiers`);
+- ``minisweagent:ENV_ID`` — mini-swe-agent, unchanged, on a workspace env's tasks (RepoRepair-v0,
+  Terminal-v0, ``harbor:PATH``), its commands run in our workspace (:mod:`.minisweagent`).
 
 Reward functions of OpenRLHF, verl and TRL are adapted in :mod:`rewards.foreign` (``reward.fn``).
 """
@@ -26,6 +28,7 @@ FAMILIES: dict[str, tuple[str, str | None]] = {
     "harbor": ("environments.harbor:make_env", None),
     "openenv": ("environments.adapters.openenv:make_env", None),
     "verifiers": ("environments.adapters.verifiers:make_env", None),
+    "minisweagent": ("environments.adapters.minisweagent:make_env", None),
 }
 
 

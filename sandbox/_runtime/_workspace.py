@@ -33,7 +33,7 @@ import sys
 import time
 
 import _ws_files as files  # type: ignore[import-not-found]
-from _ws_common import parent_of, processes, read_frame, write_frame  # type: ignore[import-not-found]
+from _ws_common import parent_of, processes, read_frame, reap_children, write_frame  # type: ignore[import-not-found]
 
 if sys.argv[1:2] in (["local"], ["zygote"]):
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
@@ -195,16 +195,7 @@ class Runtime:
             self.reap()
             self.shell_pid = self.shell_in = self.shell_out = -1
 
-    @staticmethod
-    def reap() -> None:
-        """Reap every exited child (pid 1 of a workspace reaps its orphans too)."""
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+    reap = staticmethod(reap_children)
 
     def drain(self) -> None:
         """Output of background jobs between commands (it leads the next command's output)."""

@@ -63,3 +63,14 @@ def parent_of(pid: int) -> int:
         return int(stat[stat.rindex(b")") + 2:].split()[1])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def reap_children() -> None:
+    """Reap every exited child without blocking (pid 1 of a workspace reaps its orphans too)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -16,10 +16,12 @@ import signal
 import socket
 import struct
 
+from _ws_common import reap_children  # type: ignore[import-not-found]
+
 
 def serve_forks(fd: int, run) -> None:
     sock = socket.socket(fileno=fd)
-    signal.signal(signal.SIGCHLD, lambda *_: _reap())
+    signal.signal(signal.SIGCHLD, lambda *_: reap_children())
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 16, 2)
@@ -42,13 +44,3 @@ def serve_forks(fd: int, run) -> None:
         for f in fds:
             os.close(f)
         sock.sendall(struct.pack(">i", pid))
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return

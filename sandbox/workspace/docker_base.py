@@ -13,15 +13,15 @@ left out. Built once and cached by tag (a hash of the package versions and of th
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import os
 import re
 import subprocess
 import tarfile
-import tempfile
 from typing import Any
+
+from sandbox.docker_image import import_rootfs_once
 
 TOOLS = ("bash", "coreutils", "grep", "sed", "mawk", "findutils", "diffutils", "patch", "git", "python3", "tar",
          "gzip", "bzip2", "xz-utils", "procps", "less", "file", "dash", "base-files", "base-passwd", "debianutils",
@@ -139,27 +139,8 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 def build_base_image(client: Any = None) -> str:
     """Build (once; cached by tag) the base image and return its tag."""
-    import docker
-
-    client = client or docker.from_env()
-    tag = image_tag()
-    lock_path = os.path.join(tempfile.gettempdir(), "agentrl-workspace-image.lock")
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time across processes
-        try:
-            client.images.get(tag)
-            return tag
-        except docker.errors.ImageNotFound:
-            pass
-        with tempfile.TemporaryDirectory() as tmp:
-            rootfs = os.path.join(tmp, "rootfs.tar")
-            write_rootfs(rootfs)
-            repo, _, version = tag.partition(":")
-            client.api.import_image_from_file(rootfs, repository=repo, tag=version, changes=[
-                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8",
-                'CMD ["bash"]'])
-        client.images.get(tag)
-    return tag
+    return import_rootfs_once(client, image_tag(), "agentrl-workspace-image.lock", write_rootfs, changes=[
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8", 'CMD ["bash"]'])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,199 @@
+"""The Terminal-v0 verifier: check a final tree against a task's checks (standard library only).
+
+This file is the task's grader twice over: the env copies it, unchanged, into every task's
+``tests/`` as ``check.py`` (``tests/test.sh`` runs ``python3 /tests/check.py /tests/spec.json`` in a
+fresh workspace holding the agent's final tree), and exported Harbor tasks carry the same copy. It
+never looks at the transcript: only at the files under the task's working directory.
+
+``spec.json`` is ``{"workdir": "/app", "checks": [CHECK, ...]}``; every check must hold (reward 1,
+else 0). A check is a dict with ``kind`` and its fields (paths are relative to ``workdir``):
+
+- ``text`` (``path``, ``text``): a regular file (not a link) whose text equals ``text``, trailing
+  spaces of each line and blank lines at the end ignored (``echo 5 > answer.txt`` writes ``5\\n``);
+- ``lines`` (``path``, ``lines``): a regular file whose non-empty lines, trailing spaces stripped,
+  are exactly ``lines`` in order;
+- ``sha256`` (``path``, ``sha256``): a regular file with exactly these bytes;
+- ``absent`` (``path``): nothing at ``path``;
+- ``files`` (``dir``, ``names``): the regular files under ``dir`` (recursively, relative paths,
+  links and other kinds count as wrong) are exactly ``names``;
+- ``json`` (``path``, ``value``): a regular file holding valid JSON equal to ``value``;
+- ``executable`` (``path``, ``value``): the file's owner-execute bit is ``value``;
+- ``tar`` (``path``, ``members``): a tar archive (any compression) whose regular files are exactly
+  ``members`` (name -> sha256; a leading ``./`` is ignored), and no link or device member;
+- ``command`` (``command``, ``stdout``, optional ``files``): first write ``files`` (relative path ->
+  text: fresh inputs the agent never saw, so a script that prints a memorised answer fails), then
+  run ``command`` with bash in ``workdir`` (10 s): it must exit 0 and print ``stdout`` (compared as
+  ``text``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+
+
+def normalise(text: str) -> str:
+    """Text with trailing spaces of each line and blank lines at the end removed."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n")
+
+
+def regular_bytes(path: str) -> bytes | None:
+    """The bytes of a regular file (None for a missing file, a link, a directory or anything else)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def regular_text(path: str) -> str | None:
+    data = regular_bytes(path)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def list_files(root: str) -> list[str] | None:
+    """Relative paths of everything under ``root`` that is not a directory (None if ``root`` is no
+    directory); a link or a special file is listed with a ``!`` prefix so it never matches a name."""
+    if not os.path.isdir(root) or os.path.islink(root):
+        return None
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, d)):
+                out.append("!" + os.path.relpath(os.path.join(dirpath, d), root))
+                dirnames.remove(d)
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            out.append(rel if stat.S_ISREG(os.lstat(full).st_mode) else "!" + rel)
+    return sorted(out)
+
+
+def check_one(check: dict, workdir: str) -> str | None:
+    """None when ``check`` holds, else why not (one line)."""
+    kind = check["kind"]
+    path = os.path.join(workdir, check.get("path", ""))
+    if kind == "text":
+        got = regular_text(path)
+        if got is None:
+            return f"{check['path']}: not a readable text file"
+        return None if normalise(got) == normalise(check["text"]) else f"{check['path']}: wrong contents"
+    if kind == "lines":
+        got = regular_text(path)
+        if got is None:
+            return f"{check['path']}: not a readable text file"
+        lines = [ln.rstrip() for ln in got.replace("\r\n", "\n").split("\n") if ln.strip()]
+        return None if lines == check["lines"] else f"{check['path']}: wrong lines"
+    if kind == "sha256":
+        got = regular_bytes(path)
+        if got is None:
+            return f"{check['path']}: missing (or not a regular file)"
+        return None if hashlib.sha256(got).hexdigest() == check["sha256"] else f"{check['path']}: changed"
+    if kind == "absent":
+        return None if not os.path.lexists(path) else f"{check['path']}: should not exist"
+    if kind == "files":
+        got = list_files(os.path.join(workdir, check["dir"]))
+        if got is None:
+            return f"{check['dir']}: not a directory"
+        want = sorted(check["names"])
+        if got == want:
+            return None
+        extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+        return f"{check['dir']}: unexpected {extra[:3]}, missing {missing[:3]}"
+    if kind == "json":
+        got = regular_text(path)
+        try:
+            value = json.loads(got) if got is not None else None
+        except ValueError:
+            return f"{check['path']}: not valid JSON"
+        return None if got is not None and value == check["value"] else f"{check['path']}: wrong JSON value"
+    if kind == "executable":
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return f"{check['path']}: missing"
+        is_exec = stat.S_ISREG(st.st_mode) and bool(st.st_mode & stat.S_IXUSR)
+        return None if is_exec == check["value"] else f"{check['path']}: executable should be {check['value']}"
+    if kind == "tar":
+        return check_tar(path, check)
+    if kind == "command":
+        return check_command(check, workdir)
+    return f"unknown check kind {kind!r}"
+
+
+def check_tar(path: str, check: dict) -> str | None:
+    if regular_bytes(path) is None:
+        return f"{check['path']}: missing (or not a regular file)"
+    try:
+        with tarfile.open(path) as tar:
+            got = {}
+            for m in tar.getmembers():
+                name = m.name[2:] if m.name.startswith("./") else m.name
+                if m.isdir():
+                    continue
+                if not m.isfile():
+                    return f"{check['path']}: holds a member that is not a regular file: {name}"
+                f = tar.extractfile(m)
+                got[name.rstrip("/")] = hashlib.sha256(f.read() if f else b"").hexdigest()
+    except (tarfile.TarError, OSError, EOFError) as e:
+        return f"{check['path']}: not a readable tar archive ({e})"
+    return None if got == check["members"] else f"{check['path']}: wrong members or contents"
+
+
+def check_command(check: dict, workdir: str) -> str | None:
+    for rel, text in check.get("files", {}).items():
+        full = os.path.join(workdir, rel)
+        if os.path.lexists(full) and not os.path.isfile(full):
+            return f"{rel}: not a regular file"
+        with open(full, "w", encoding="utf-8") as f:
+            f.write(text)
+    try:
+        r = subprocess.run(["bash", "-c", check["command"]], cwd=workdir, capture_output=True, timeout=10,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"`{check['command']}` ran past 10 s"
+    if r.returncode != 0:
+        return f"`{check['command']}` exited {r.returncode}"
+    out = r.stdout.decode("utf-8", "replace")
+    return None if normalise(out) == normalise(check["stdout"]) else f"`{check['command']}` printed the wrong output"
+
+
+def run_checks(spec: dict) -> list[str]:
+    """Why each failing check fails (empty: every check holds)."""
+    problems = []
+    ordered = sorted(spec["checks"], key=lambda c: c.get("kind") == "command")  # commands (which write) last
+    for check in ordered:
+        try:
+            problem = check_one(check, spec["workdir"])
+        except Exception as e:  # noqa: BLE001 - a tree that breaks a check fails it, in one line
+            problem = f"{check.get('kind')} check raised {type(e).__name__}: {e}"
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    problems = run_checks(spec)
+    for p in problems:
+        print("FAIL", p)
+    print(f"{len(spec['checks']) - len(problems)} of {len(spec['checks'])} checks hold")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,144 @@
+"""``agentrl/Terminal-v0``: every family passes the conformance suite in real workspaces (the oracle 1.0, a
+no-op, a random and a random shell agent 0.0, the same seed the same task), difficulty means more,
+splits are disjoint, and the checker grades the tree, not the transcript."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from wscheck import leftovers
+
+import agentrl
+from agentrl.env import EnvError
+from environments.terminal import checks
+from environments.terminal.catalog import load_all
+from environments.terminal.env import TerminalEnv, generate, split_of
+from environments.terminal.families import Draw
+from environments.tool_parsers import render_calls
+
+FAMILIES = list(load_all())
+# commands a random shell user might type: none of them does a task's work
+RANDOM_COMMANDS = ["ls -la", "cat *.txt", "echo 0 > answer.txt", "touch answer.txt sorted.txt users.txt",
+                   "rm -rf ./*", "find . -type f | head", "mkdir -p out && cp -r . out 2>/dev/null; true", "pwd",
+                   "echo '{}' > config.json", "chmod -R 000 . 2>/dev/null; true", "wc -l *"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_workspace_left():
+    yield
+    assert not leftovers()
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = agentrl.make("agentrl/Terminal-v0", difficulty=[1, 2, 3, 4, 5], split="all")
+    yield e
+    e.close()
+
+
+def test_at_least_twelve_families_and_registered() -> None:
+    assert len(FAMILIES) >= 12
+    assert "agentrl/Terminal-v0" in agentrl.list_envs()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_conformance(env: TerminalEnv, family: str) -> None:
+    """Oracle 1.0; no-op, random text and a random shell agent 0.0 — graded by the final tree in a workspace."""
+    level = 1 + FAMILIES.index(family) % 5  # every level is covered across the families
+    task = env.task_named(f"terminal-{family}-d{level}-{FAMILIES.index(family) + 7:x}")
+    env.reset(options={"task": task})
+    _, reward, terminated, truncated, info = env.step(env.reference_answer(task))
+    assert reward == 1.0 and terminated and not truncated, info["trajectory_info"]
+    assert info["ended_by"] == "submit" and "failed" not in info
+    rng = np.random.default_rng(FAMILIES.index(family))
+    random_calls = [("bash", {"command": RANDOM_COMMANDS[int(i)]}) for i in rng.integers(len(RANDOM_COMMANDS), size=3)]
+    for action in ["", env.action_space.sample()[:500], render_calls("hermes", [*random_calls, ("submit", {})])]:
+        env.reset(options={"task": task})
+        _, reward, *_ = env.step(action)
+        assert reward == 0.0, (family, action)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_same_seed_same_task_and_checks_hold_only_for_the_oracle(family: str) -> None:
+    """Generation is a function of the seed; on the initial files (no-op) some check fails (host-side check)."""
+    for level in range(1, 6):
+        a = load_all()[family](Draw(np.random.default_rng(level)), level)
+        b = generate(family, level, level)
+        assert a == b
+        spec = {"workdir": "/nonexistent", "checks": list(a.checks)}
+        assert checks.run_checks(spec), "a task no-op could pass"
+        assert a.solution and all(isinstance(c, str) and c for c in a.solution)
+
+
+def test_seeded_resets_and_ids(env: TerminalEnv) -> None:
+    other = agentrl.make("agentrl/Terminal-v0", difficulty=[1, 2, 3, 4, 5], split="all")
+    ids = [env.reset(seed=s)[1]["task_id"] for s in range(8)]
+    assert ids == [other.reset(seed=s)[1]["task_id"] for s in range(8)]
+    assert len(set(ids)) == 8
+    task = other.task_named(ids[3])  # an id regenerates its task
+    assert task.id == ids[3] and task.prompt == env.reset(seed=3)[1]["task"].prompt
+    other.close()
+
+
+def test_difficulty_adds_files_and_steps() -> None:
+    def size(level: int) -> float:
+        gens = [generate(f, level, s) for f in FAMILIES for s in range(4)]
+        return float(np.mean([len(g.files) + len(g.checks) for g in gens]))
+
+    sizes = [size(level) for level in range(1, 6)]
+    assert sizes[0] < sizes[2] < sizes[4], sizes
+
+
+def test_splits_are_disjoint() -> None:
+    """A task (its instruction and its tree) is in one split only; at difficulty 1 an instruction recurs
+    across splits with another tree (another answer), as an arithmetic template does with other numbers."""
+    seen = {}
+    for split in ("train", "dev", "test"):
+        e = agentrl.make("agentrl/Terminal-v0", difficulty=[1, 2], split=split)
+        rng = np.random.default_rng(0)
+        tasks = [e.sample_task(rng) for _ in range(60)]
+        assert all(t.metadata["split"] == split for t in tasks)
+        assert all(split_of(e.generated(t)) == split for t in tasks)
+        seen[split] = {(t.prompt[1]["content"], json.dumps(e.generated(t).files, sort_keys=True, default=str))
+                       for t in tasks}
+        e.close()
+    assert not (seen["train"] & seen["test"]) and not (seen["train"] & seen["dev"])
+
+
+def test_bad_kwargs_are_one_line_errors() -> None:
+    with pytest.raises(EnvError, match="difficulty must be 1-5"):
+        TerminalEnv(difficulty=6)
+    with pytest.raises(EnvError, match="unknown family 'nope'; families: count_files"):
+        TerminalEnv(families=["nope"])
+    with pytest.raises(EnvError, match="unknown split"):
+        TerminalEnv(split="validation")
+
+
+def test_the_exported_task_is_the_episode(env: TerminalEnv, tmp_path) -> None:
+    """The Harbor directory holds the instruction, the files, the checker (only in tests/) and the oracle."""
+    task = env.task_named("terminal-count_files-d2-1f")
+    out = env.export_task(task, tmp_path / "t")
+    spec = json.loads((out / "tests" / "spec.json").read_text())
+    assert (out / "instruction.md").read_text().strip() == task.prompt[1]["content"]
+    assert (out / "tests" / "check.py").read_text() == open(checks.__file__).read()
+    assert not any("spec.json" in p.name or "check.py" in p.name for p in (out / "environment").rglob("*"))
+    assert spec["checks"][0]["path"] == "answer.txt"
+    assert "find" in (out / "solution" / "solve.sh").read_text()
+
+
+def test_check_env(env: TerminalEnv) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(agentrl.make("agentrl/Terminal-v0"), skip_render_check=True)
+    assert not [str(w.message) for w in caught if "gymnasium" in str(w.filename)]
+
+
+def test_reference_action_is_the_oracle_then_submit(env: TerminalEnv) -> None:
+    env.reset(seed=5)
+    first = env.reference_action()
+    assert first == env.reference_answer(env.task) and first.count("<tool_call>") >= 2
+    assert '"submit"' in first
