@@ -152,25 +152,34 @@ def episode_record(traj: Trajectory, tokenizer: Any, *, step: int | None = None,
     when the trajectory has no ``info["action_versions"]`` (synchronous runs)."""
     info = traj.info
     versions = list(info.get("action_versions") or [])
-    pieces = _pieces(tokenizer, [traj.prompt_ids] + [s.token_ids for s in traj.segments])
-    segments = [EpisodeSegment("prompt", _decode(tokenizer, traj.prompt_ids), list(traj.prompt_ids), pieces[0])]
+    contexts = traj.samples()  # one per context: a rebuilt context (Trajectory.resets) starts with its prompt
+    pieces = iter(_pieces(tokenizer, [run for p, segs in contexts for run in [p] + [s.token_ids for s in segs]]))
+    segments: list[EpisodeSegment] = []
     turn = action = 0
-    for seg, toks in zip(traj.segments, pieces[1:]):
-        role = "action" if seg.is_action else "feedback"
-        out = EpisodeSegment(role, _decode(tokenizer, seg.token_ids), list(seg.token_ids), toks, turn=turn)
-        if seg.is_action:
-            out.logprobs = [float(x) for x in seg.logprobs]
-            out.version = int(versions[action]) if action < len(versions) else policy_version
-            if learner_logprobs is not None and action < len(learner_logprobs):
-                out.learner_logprobs = [round(float(x), 6) for x in learner_logprobs[action]]
-            action += 1
-        else:
-            turn += 1
-        segments.append(out)
+    for prompt, segs in contexts:
+        segments.append(EpisodeSegment("prompt", _decode(tokenizer, prompt), list(prompt), next(pieces)))
+        for seg in segs:
+            role = "action" if seg.is_action else "feedback"
+            out = EpisodeSegment(role, _decode(tokenizer, seg.token_ids), list(seg.token_ids), next(pieces),
+                                 turn=turn if seg.turn is None else seg.turn)
+            if seg.is_action:
+                out.logprobs = [float(x) for x in seg.logprobs]
+                out.version = int(versions[action]) if action < len(versions) else policy_version
+                if learner_logprobs is not None and action < len(learner_logprobs):
+                    out.learner_logprobs = [round(float(x), 6) for x in learner_logprobs[action]]
+                action += 1
+            else:
+                turn += 1
+            segments.append(out)
+    response = "".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in traj.segments)
+    for r in traj.resets:  # what the policy saw from each rebuild on
+        response += (f"\n[context rebuilt: {r.reason}]\n" + tokenizer.decode(r.prompt_ids, skip_special_tokens=True)
+                     + "".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in r.segments))
+    if traj.resets:
+        info = dict(info, context_resets=[r.reason for r in traj.resets])
     return EpisodeRecord(
         task_id=traj.task_id, prompt=tokenizer.decode(traj.prompt_ids, skip_special_tokens=True),
-        response="".join(tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in traj.segments),
-        reward=float(traj.reward), segments=segments, step=step, split=split, group_id=traj.group_id,
+        response=response, reward=float(traj.reward), segments=segments, step=step, split=split, group_id=traj.group_id,
         turn_rewards=[float(r) for r in traj.turn_rewards],
         reward_components={k: float(v) for k, v in (info.get("reward_components") or {}).items()},
         end_reason=info.get("end_reason"), turns=int(info.get("turns", sum(s.is_action for s in traj.segments))),

@@ -66,16 +66,41 @@ class Segment:
 
     For action segments ``logprobs`` has one engine log-probability per token; for environment
     feedback (observations, tool output) it is empty and the tokens are masked out of the loss.
+    ``turn`` is the env turn (0-based index into ``Trajectory.turn_rewards``) an action segment serves
+    or a feedback segment answers: a compaction summary serves the turn that follows it. None: the
+    k-th action segment serves turn k.
     """
 
     token_ids: list[int]
     is_action: bool
     logprobs: list[float] = field(default_factory=list)
+    turn: int | None = None
 
     def __post_init__(self) -> None:
         if self.is_action and self.logprobs and len(self.logprobs) != len(self.token_ids):
             raise ValueError(
                 f"action segment has {len(self.token_ids)} tokens but {len(self.logprobs)} logprobs")
+
+
+def _segment(d: dict[str, Any]) -> Segment:
+    turn = d.get("turn")
+    return Segment(list(d["token_ids"]), bool(d["is_action"]), list(d.get("logprobs") or []),
+                   None if turn is None else int(turn))
+
+
+@dataclass
+class ContextReset:
+    """The episode's context rebuilt: from here on the policy continued from ``prompt_ids`` (the new context,
+    token-exact as the engine got it), then ``segments``. ``reason``: ``truncate`` or ``compact`` (a context
+    policy, ``agentrl.rollout.context``) or ``rewrite`` (an agent sent a history that does not extend it)."""
+
+    reason: str
+    prompt_ids: list[int]
+    segments: list[Segment] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ContextReset:
+        return cls(str(d["reason"]), list(d["prompt_ids"]), [_segment(s) for s in d.get("segments") or []])
 
 
 @dataclass
@@ -84,7 +109,10 @@ class Trajectory:
 
     ``turn_rewards`` holds the reward of every ``env.step``; ``reward`` is the episode's final
     reward used for training. ``group_id`` ties together the samples of one prompt (for group
-    estimators such as GRPO and RLOO).
+    estimators such as GRPO and RLOO). ``state_keys`` names the state each turn started from (the
+    env's ``info["state_key"]`` or a digest of its observation; step groups of turn-level credit).
+    ``resets`` holds what followed each rebuild of the context (truncation, compaction): an episode
+    is then several training samples (:meth:`samples`), ``prompt_ids`` and ``segments`` the first.
     """
 
     prompt_ids: list[int]
@@ -97,15 +125,23 @@ class Trajectory:
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     version: int = TRAJECTORY_VERSION
+    state_keys: list[str] = field(default_factory=list)
+    resets: list[ContextReset] = field(default_factory=list)
 
     @property
     def response_ids(self) -> list[int]:
-        """Every token after the prompt (actions and feedback), in order."""
+        """Every token after the prompt (actions and feedback) of the first context, in order."""
         return [t for s in self.segments for t in s.token_ids]
 
     @property
     def num_action_tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.segments if s.is_action)
+        """Tokens the policy generated in the whole episode (every context)."""
+        return sum(len(s.token_ids) for _, segs in self.samples() for s in segs if s.is_action)
+
+    def samples(self) -> list[tuple[list[int], list[Segment]]]:
+        """The episode's contexts as training samples: ``(prompt_ids, segments)`` of the first, then of each
+        reset."""
+        return [(self.prompt_ids, self.segments)] + [(r.prompt_ids, r.segments) for r in self.resets]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,13 +154,13 @@ class Trajectory:
         version = int(d.get("version", 0))
         if version != TRAJECTORY_VERSION:
             raise ValueError(f"trajectory version {version} is not supported (expected {TRAJECTORY_VERSION})")
-        segs = [Segment(list(s["token_ids"]), bool(s["is_action"]), list(s.get("logprobs") or []))
-                for s in d["segments"]]
-        return cls(prompt_ids=list(d["prompt_ids"]), segments=segs, reward=float(d["reward"]),
-                   task_id=str(d["task_id"]), group_id=int(d["group_id"]),
+        return cls(prompt_ids=list(d["prompt_ids"]), segments=[_segment(s) for s in d["segments"]],
+                   reward=float(d["reward"]), task_id=str(d["task_id"]), group_id=int(d["group_id"]),
                    turn_rewards=[float(r) for r in d.get("turn_rewards") or []],
                    terminated=bool(d.get("terminated", True)), truncated=bool(d.get("truncated", False)),
-                   info=dict(d.get("info") or {}), version=version)
+                   info=dict(d.get("info") or {}), version=version,
+                   state_keys=[str(k) for k in d.get("state_keys") or []],
+                   resets=[ContextReset.from_dict(r) for r in d.get("resets") or []])
 
     @classmethod
     def from_json(cls, line: str) -> Trajectory:

@@ -29,6 +29,7 @@ QUICK = {
     "server_latency": ["--seconds", "3"],
     "sandbox": ["--limit", "40"],
     "samples": ["--steps", "3"],
+    "long_episodes": ["cost", "--episodes", "8"],
 }
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
        "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "all",

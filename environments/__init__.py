@@ -18,6 +18,7 @@ BUILTIN: dict[str, str] = {
     "agentrl/MBPPRetry-v0": "environments.code_envs:MBPPRetryEnv",
     "agentrl/CalculatorMath-v0": "environments.tool_math:CalculatorMathEnv",
     "agentrl/PythonToolMath-v0": "environments.tool_math:PythonToolMathEnv",
+    "agentrl/GuessNumber-v0": "environments.guess_number:GuessNumberEnv",
     "agentrl/Terminal-v0": "environments.terminal.env:TerminalEnv",
     "agentrl/RepoRepair-v0": "environments.repo_repair.env:RepoRepairEnv",
 }

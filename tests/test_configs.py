@@ -15,7 +15,8 @@ ALL = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
 # the stages before RL have their own config classes (their tiny runs: tests/test_sft_rm_dpo.py)
 STAGES = {"sft_": SFTConfig, "rm_": RMConfig, "dpo_": DPOConfig}
 CONFIGS = [p for p in ALL if not p.stem.startswith(tuple(STAGES))]
-CPU_RECIPES = {"cpu_demo", "cpu_demo_lora", "smollm2_addition", "terminal_smollm2_lora"}  # real runs meant for a CPU machine (no GPU recipe)
+CPU_RECIPES = {"cpu_demo", "cpu_demo_lora", "smollm2_addition", "terminal_smollm2_lora", "guess_number_credit",
+               "guess_number_long"}  # real runs meant for a CPU machine (no GPU recipe)
 GPU = [p for p in CONFIGS if not p.stem.endswith("_tiny") and p.stem not in CPU_RECIPES]
 TINY = [p for p in CONFIGS if p.stem.endswith("_tiny")]
 

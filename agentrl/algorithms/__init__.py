@@ -1,4 +1,4 @@
-"""RL math as small pure tensor functions (torch only): advantage estimators, losses, KL.
+"""RL math as small pure tensor functions (torch only): advantage estimators, turn-level credit, losses, KL.
 
 Shapes: B samples, A = T-1 action positions. ``mask`` (B,A) is 1 on tokens the policy generated.
 """
@@ -8,6 +8,7 @@ from agentrl.algorithms.advantages import (
     compute_advantages,
     discounted_returns,
     dr_grpo_scores,
+    episode_scores,
     gae,
     group_norm_scores,
     reinforce_baseline_scores,
@@ -39,6 +40,15 @@ from agentrl.algorithms.preference import (
     reward_model_loss,
     sft_loss,
 )
+from agentrl.algorithms.turn_credit import (
+    TURN_ESTIMATORS,
+    compute_turn_advantages,
+    episode_turn_scores,
+    scatter_turns,
+    step_group_scores,
+    turn_returns,
+    turn_scores,
+)
 
 __all__ = [
     "AGGREGATIONS", "ESTIMATORS", "KL_ESTIMATORS", "AdaptiveKLController", "FixedKLController",
@@ -48,4 +58,6 @@ __all__ = [
     "token_level_rewards", "value_loss",
     "POLICY_LOSSES", "cispo_loss", "sapo_loss", "correction_weights", "mis_keep", "mismatch_metrics",
     "staleness_metrics", "tis_weights",
+    "TURN_ESTIMATORS", "compute_turn_advantages", "episode_scores", "episode_turn_scores", "scatter_turns",
+    "step_group_scores", "turn_returns", "turn_scores",
 ]

@@ -10,6 +10,8 @@ penalty is added per token, and returns are the (discounted) reward-to-go over g
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from agentrl.algorithms.losses import masked_whiten
@@ -105,13 +107,28 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, g
     return adv, (adv + values) * m
 
 
+def episode_scores(score_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], rewards: torch.Tensor,
+                   group_ids: torch.Tensor, episode_ids: torch.Tensor) -> torch.Tensor:
+    """``score_fn(rewards, group_ids)`` with every episode counted once, mapped back to its rows (B,).
+
+    ``rewards``, ``group_ids``, ``episode_ids`` (B,): the rows of one episode (its samples, when its
+    context was reset) carry its reward and group; the group statistics (mean, std, leave-one-out)
+    see each episode once, however many rows it has."""
+    uniq, inverse = torch.unique(episode_ids, return_inverse=True)
+    per_reward = torch.zeros(len(uniq), dtype=rewards.dtype).scatter_(0, inverse, rewards)
+    per_group = torch.zeros(len(uniq), dtype=group_ids.dtype).scatter_(0, inverse, group_ids)
+    return score_fn(per_reward, per_group)[inverse]
+
+
 def compute_advantages(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor,
                        mask: torch.Tensor, *, values: torch.Tensor | None = None,
                        kl: torch.Tensor | None = None, kl_coef: float = 0.0, gamma: float = 1.0,
-                       lam: float = 0.95, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+                       lam: float = 0.95, eps: float = 1e-6, episode_ids: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, both (B,A), for a named estimator (see ``ESTIMATORS``).
 
-    ``kl`` (B,A) with ``kl_coef`` > 0 adds the KL as a per-token reward penalty.
+    ``kl`` (B,A) with ``kl_coef`` > 0 adds the KL as a per-token reward penalty. ``episode_ids`` (B,)
+    names each row's episode when an episode may be several rows (:func:`episode_scores`).
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
@@ -119,13 +136,15 @@ def compute_advantages(estimator: str, rewards: torch.Tensor, group_ids: torch.T
         if values is None:
             raise ValueError("the gae estimator needs critic values")
         return gae(token_level_rewards(rewards, mask, kl, kl_coef), values, mask, gamma, lam)
-    shaped = {
-        "reinforce": lambda: rewards,
-        "reinforce_baseline": lambda: reinforce_baseline_scores(rewards, group_ids),
-        "rloo": lambda: rloo_scores(rewards, group_ids),
-        "group_norm": lambda: group_norm_scores(rewards, group_ids, eps),
-        "dr_grpo": lambda: dr_grpo_scores(rewards, group_ids),
-    }[estimator]()
+    score_fn = {
+        "reinforce": lambda r, g: r,
+        "reinforce_baseline": reinforce_baseline_scores,
+        "rloo": rloo_scores,
+        "group_norm": lambda r, g: group_norm_scores(r, g, eps),
+        "dr_grpo": dr_grpo_scores,
+    }[estimator]
+    shaped = (score_fn(rewards, group_ids) if episode_ids is None
+              else episode_scores(score_fn, rewards, group_ids, episode_ids))
     returns = discounted_returns(token_level_rewards(shaped, mask, kl, kl_coef), mask, gamma)
     if estimator in ("reinforce", "reinforce_baseline"):
         return masked_whiten(returns, mask), returns

@@ -32,14 +32,16 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", *,
              num_tokens: float | None = None, num_seqs: float | None = None,
-             max_len: int | None = None) -> torch.Tensor:
+             max_len: int | None = None, seq_tokens: torch.Tensor | None = None) -> torch.Tensor:
     """Aggregate token losses (B,A) to a scalar.
 
     - ``token-mean``: sum over all tokens / number of tokens (DAPO, default);
     - ``seq-mean-token-mean``: mean per sequence, then mean over sequences (original GRPO);
     - ``seq-mean-token-sum``: sum per sequence, mean over sequences;
     - ``seq-mean-token-sum-norm``: sum over tokens / (sequences x ``max_len``) (Dr. GRPO).
-    ``num_tokens``/``num_seqs`` override the counts of this batch with the global ones.
+    ``num_tokens``/``num_seqs`` override the counts of this batch with the global ones. When an
+    episode is several rows, ``num_seqs`` counts episodes and ``seq_tokens`` (B,) gives each row its
+    episode's token count, so a row's tokens are averaged over the whole episode's.
     """
     m = mask.to(loss_mat.dtype)
     if mode == "token-mean":
@@ -47,7 +49,8 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean
         return (loss_mat * m).sum() / denom.clamp(min=1.0)
     seqs = torch.as_tensor(loss_mat.shape[0] if num_seqs is None else num_seqs, dtype=loss_mat.dtype)
     if mode == "seq-mean-token-mean":
-        per_seq = (loss_mat * m).sum(-1) / m.sum(-1).clamp(min=1.0)
+        per_token = m.sum(-1) if seq_tokens is None else seq_tokens.to(loss_mat.dtype)
+        per_seq = (loss_mat * m).sum(-1) / per_token.clamp(min=1.0)
         return per_seq.sum() / seqs.clamp(min=1.0)
     if mode == "seq-mean-token-sum":
         return (loss_mat * m).sum() / seqs.clamp(min=1.0)
@@ -61,16 +64,16 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
                 mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2,
                 dual_clip: float | None = None, ratio_type: str = "token", agg: str = "token-mean",
                 num_tokens: float | None = None, num_seqs: float | None = None,
-                max_len: int | None = None, weights: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                max_len: int | None = None, weights: torch.Tensor | None = None,
+                seq_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate loss with asymmetric and dual clipping.
 
     Args: ``logprobs``, ``old_logprobs``, ``advantages``, ``mask`` all (B,A).
     ``ratio_type="sequence"`` uses GSPO's sequence ratio ``exp(mean_t(logp - old))`` per sample
     (its gradient flows through every token). ``dual_clip`` (c > 1) bounds the loss of negative
     advantages by ``-c * A``. ``weights`` (B,A), detached, scale each token's loss (off-policy
-    correction, ``agentrl.algorithms.offpolicy``). Returns the scalar loss and metrics (``clipfrac``,
-    ``ratio``).
+    correction, ``agentrl.algorithms.offpolicy``); ``seq_tokens`` as in :func:`agg_loss`. Returns the
+    scalar loss and metrics (``clipfrac``, ``ratio``).
     """
     log_ratio = logprobs - old_logprobs
     if ratio_type == "sequence":
@@ -88,7 +91,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         loss = torch.where(advantages < 0, torch.min(loss, -dual_clip * advantages), loss)
     if weights is not None:
         loss = loss * weights
-    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
+                     seq_tokens=seq_tokens)
     with torch.no_grad():
         clipped = (surr2 < surr1).to(loss.dtype)
         metrics = {"clipfrac": masked_mean(clipped, mask), "ratio": masked_mean(ratio, mask)}
@@ -98,7 +102,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
 def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2, agg: str = "token-mean",
                num_tokens: float | None = None, num_seqs: float | None = None, max_len: int | None = None,
-               weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               weights: torch.Tensor | None = None, seq_tokens: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CISPO (MiniMax-M1): REINFORCE whose IS weight is clipped and detached, so every token keeps a
     gradient: ``-sg(clip(r, 1 - clip_low, 1 + clip_high)) * A * logp``, ``r = exp(logp - old)``.
     Inputs (B,A); ``weights`` as in :func:`policy_loss`. Returns the loss and metrics."""
@@ -107,7 +112,8 @@ def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
     loss = -clipped * advantages * logprobs
     if weights is not None:
         loss = loss * weights
-    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
+                     seq_tokens=seq_tokens)
     with torch.no_grad():
         metrics = {"clipfrac": masked_mean((clipped != ratio).to(loss.dtype), mask),
                    "ratio": masked_mean(ratio, mask)}
@@ -117,7 +123,8 @@ def cispo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
 def sapo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, *, tau_pos: float = 1.0, tau_neg: float = 1.05, agg: str = "token-mean",
               num_tokens: float | None = None, num_seqs: float | None = None, max_len: int | None = None,
-              weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+              weights: torch.Tensor | None = None, seq_tokens: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SAPO: a soft gate in place of PPO's hard clip, ``-(4/tau) * sigmoid(tau * (r - 1)) * A`` with
     ``tau = tau_pos`` for positive advantages and ``tau_neg`` otherwise. At ``r = 1`` its gradient is
     the policy gradient; far from 1 it fades smoothly. Inputs (B,A); returns the loss and metrics
@@ -130,7 +137,8 @@ def sapo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
     loss = -(4.0 / tau) * gate * advantages
     if weights is not None:
         loss = loss * weights
-    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len)
+    total = agg_loss(loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=max_len,
+                     seq_tokens=seq_tokens)
     with torch.no_grad():
         grad_weight = 4.0 * gate * (1.0 - gate)  # d loss / d logp = grad_weight * r * (-A)
         metrics = {"clipfrac": masked_mean((grad_weight < 0.5).to(loss.dtype), mask),

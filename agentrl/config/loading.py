@@ -32,6 +32,8 @@ CHOICES = {
     "algo.policy_loss": ("ppo", "cispo", "sapo"),
     "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
     "rollout.engine": ("hf", "vllm", "auto"),
+    "rollout.samples": ("episode", "turn"),
+    "rollout.context.policy": ("none", "truncate", "compact"),
     "cluster.mode": ("local", "ray"),
     "cluster.strategy": ("deepspeed", "ddp"),
     "cluster.zero_stage": (0, 1, 2, 3),
@@ -208,7 +210,37 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     data = read_yaml(path) if path else {}
     extra = parse_overrides(overrides or [])
     data = _merge(drop_old_env_kwargs(data, extra), extra)
-    return resolve_auto(build(cls, data))
+    cfg = resolve_auto(build(cls, data))
+    check_credit_and_context(cfg)
+    return cfg
+
+
+def check_credit_and_context(cfg: Any) -> None:
+    """Turn-level credit and context policies: ranges and the combinations that cannot work, in one line."""
+    algo, rollout = getattr(cfg, "algo", None), getattr(cfg, "rollout", None)
+    if algo is None or rollout is None:
+        return
+    turn_credit = algo.turn_gamma is not None or algo.step_adv_weight != 0
+    if algo.turn_gamma is not None and not 0 < algo.turn_gamma <= 1:
+        raise ConfigError(f"algo.turn_gamma: expected a discount in (0, 1] (or null: off), got {algo.turn_gamma!r}")
+    if algo.step_adv_weight < 0:
+        raise ConfigError(f"algo.step_adv_weight: expected a weight >= 0 (0: off), got {algo.step_adv_weight!r}")
+    if turn_credit and algo.estimator == "gae":
+        raise ConfigError("algo.turn_gamma / algo.step_adv_weight: turn-level credit works with the outcome "
+                          "estimators (group_norm, rloo, dr_grpo, reinforce, reinforce_baseline), not gae")
+    if algo.turn_gamma is not None and algo.gamma != 1.0:
+        raise ConfigError(f"algo.turn_gamma discounts per turn; leave algo.gamma (per token) at 1, got {algo.gamma!r}")
+    ctx = rollout.context
+    if ctx.max_tokens < 0 or ctx.summary_tokens < 0:
+        raise ConfigError("rollout.context.max_tokens and summary_tokens: expected a token count >= 0 (0: default)")
+    if not 0 < ctx.truncate_keep <= 1:
+        raise ConfigError(f"rollout.context.truncate_keep: expected a fraction in (0, 1], got {ctx.truncate_keep!r}")
+    if ctx.policy != "none" and rollout.samples != "turn":
+        raise ConfigError(f"rollout.context.policy={ctx.policy} rebuilds the context, so an episode becomes several "
+                          f"samples: set rollout.samples=turn")
+    if rollout.samples == "turn" and algo.estimator == "gae":
+        raise ConfigError("rollout.samples=turn with algo.estimator=gae: the critic scores one sequence per episode; "
+                          "use an outcome estimator (group_norm, rloo, ...)")
 
 
 ASYNC_TIS_CAP = 2.0

@@ -110,6 +110,24 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class ContextConfig:
+    policy: str = "none"
+    """What a multi-turn episode does when its next turn would not fit in max_tokens: none (it ends, end_reason
+    context_full) | truncate (keep the prompt and the last turns that fit, older turns replaced by a one-line
+    marker) | compact (the policy writes a summary of the episode when asked; the episode goes on from the
+    prompt and that summary, whose tokens are trained as actions). truncate and compact need rollout.samples=turn:
+    each rebuilt context starts a new sample of the episode."""
+    max_tokens: int = 0
+    """Most tokens in the policy's context: prompt, history and the turn it generates (0 = the model's context,
+    ``max_position_embeddings``)."""
+    summary_tokens: int = 0
+    """compact: token budget of a summary (0 = rollout.max_new_tokens)."""
+    truncate_keep: float = 0.5
+    """truncate: the kept history fills at most this fraction of the room the prompt and one turn leave, so the
+    context is not rebuilt at every turn."""
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     engine: str = "hf"
     """Inference engine: hf (transformers, embedded default) | vllm | auto (the faster, measured: bench/README.md)."""
@@ -138,6 +156,12 @@ class RolloutConfig:
     """With rollout.async: no trained sample is more than this many policy versions old (0 = synchronous)."""
     async_worker: str = "process"
     """With rollout.async: where rollouts run beside the learner: process (forked, its own core) | thread."""
+    samples: str = "episode"
+    """Training samples of a multi-turn episode: episode (one sequence; its contexts must extend each other) |
+    turn (every turn a sample with the context the policy saw at it, merged with the previous turn's while it
+    extends it exactly: one sample per context, split where the history was rebuilt)."""
+    context: ContextConfig = field(default_factory=ContextConfig)
+    """Episodes longer than the context: truncation or learned compaction (``agentrl.rollout.context``)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +219,13 @@ class AlgoConfig:
     """Sequence-level masking: lower bound of a sample's geometric-mean IS ratio."""
     mis_high: float = 0.0
     """Sequence-level masking: upper bound of the ratio (0 = off)."""
+    turn_gamma: float | None = None
+    """Turn-level credit: each turn's tokens get the return from that turn on (env rewards of every step,
+    discounted by this per turn), baselined per group (null = off: every token gets the episode's score)."""
+    step_adv_weight: float = 0.0
+    """Step groups (GiGPO): turns of one task's episodes that start from the same state (``info["state_key"]``
+    or the observation) form a group; their returns normalised within it, times this weight, are added to the
+    episode-level advantage (0 = off)."""
 
 
 @dataclass(frozen=True)

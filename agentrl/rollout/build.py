@@ -17,6 +17,7 @@ from agentrl.env import (
     register,
 )
 from agentrl.models import resolve_model_source, tiny_model_dir
+from agentrl.rollout.context import ContextPolicy
 from agentrl.rollout.engines.base import SamplingParams
 from agentrl.rollout.env_pool import EnvPool, clone_env
 from agentrl.rollout.executors import SingleTurnExecutor
@@ -140,19 +141,21 @@ def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> 
         from agentrl.rollout.executors.agent import BlackBoxExecutor
 
         return BlackBoxExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
-                                chat_template=cfg.rollout.chat_template)
+                                chat_template=cfg.rollout.chat_template, stepwise=cfg.rollout.samples == "turn")
     if getattr(env, "raw_feedback", False):
         from agentrl.rollout.executors.agent import RawFeedbackExecutor
 
         return RawFeedbackExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                                    chat_template=cfg.rollout.chat_template,
-                                   max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg))
+                                   max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg),
+                                   context=context_policy(cfg, engine, tokenizer))
     if getattr(env, "max_turns", 1) > 1 or getattr(env, "remote_episodes", False):  # an episode per env copy
         from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 
         return MultiTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                                  chat_template=cfg.rollout.chat_template,
-                                 max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg))
+                                 max_total_tokens=cfg.rollout.max_total_tokens or None, pool=make_env_pool(cfg),
+                                 context=context_policy(cfg, engine, tokenizer))
     return SingleTurnExecutor(env, engine, tokenizer, sampling_params(cfg), n_samples=cfg.rollout.n_samples,
                               chat_template=cfg.rollout.chat_template, pool=make_env_pool(cfg))
 
@@ -160,3 +163,29 @@ def make_executor(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any) -> 
 def make_env_pool(cfg: RunConfig) -> EnvPool:
     """Concurrent env steps: ``rollout.env_workers`` threads, ``env.step_timeout_s`` per step."""
     return EnvPool(workers=cfg.rollout.env_workers, timeout_s=cfg.env.step_timeout_s)
+
+
+def model_context(engine: Any, tokenizer: Any) -> int:
+    """The longest sequence the policy takes (0 when unknown): the model config's ``max_position_embeddings``
+    (an ``hf`` engine's model), vLLM's ``max_model_len``, else the tokenizer's ``model_max_length``."""
+    inner = getattr(engine, "engine", engine)  # a VersionedEngine holds the engine
+    n = getattr(getattr(getattr(inner, "model", None), "config", None), "max_position_embeddings", None)
+    if n is None:
+        try:
+            n = inner.llm.llm_engine.model_config.max_model_len
+        except AttributeError:
+            n = getattr(tokenizer, "model_max_length", None)
+    return int(n) if isinstance(n, int) and 0 < n < 10_000_000 else 0
+
+
+def context_policy(cfg: RunConfig, engine: Any, tokenizer: Any) -> ContextPolicy:
+    """``rollout.context`` for the multi-turn executors: ``max_tokens`` 0 becomes the model's context."""
+    c, turn = cfg.rollout.context, cfg.rollout.max_new_tokens
+    limit = c.max_tokens or model_context(engine, tokenizer)
+    if c.policy != "none" and not limit:
+        raise ValueError(f"rollout.context.policy={c.policy}: the model's context length is unknown here; "
+                         f"set rollout.context.max_tokens")
+    if limit and c.policy != "none" and limit <= turn:
+        raise ValueError(f"rollout.context.max_tokens={limit} leaves no room for a prompt and a turn of "
+                         f"rollout.max_new_tokens={turn}")
+    return ContextPolicy(c.policy, limit, turn, c.summary_tokens or turn, c.truncate_keep)

@@ -62,9 +62,10 @@ def overlong_penalty(length: int, max_tokens: int, buffer: int, penalty: float =
 
 
 def apply_overlong_penalty(trajs: list[Trajectory], max_tokens: int, buffer: int, penalty: float) -> None:
-    """Add the penalty of each trajectory's longest turn to its reward (``info["overlong_penalty"]``)."""
+    """Add the penalty of each trajectory's longest turn (of any of its contexts) to its reward
+    (``info["overlong_penalty"]``)."""
     for t in trajs:
-        longest = max((len(s.token_ids) for s in t.segments if s.is_action), default=0)
+        longest = max((len(s.token_ids) for _, segs in t.samples() for s in segs if s.is_action), default=0)
         p = overlong_penalty(longest, max_tokens, buffer, penalty)
         t.info["overlong_penalty"] = p
         t.reward = float(t.reward + p)

@@ -14,8 +14,11 @@ for chat requests, the new messages after the assistant reply, rendered by the c
 template's text for them after the conversation so far; without a template, their contents on lines
 of their own); for completions, the new prompt minus the previous prompt and completion. Nothing
 generated is re-tokenized. A request that does not extend the episode's conversation (the agent
-rewrote its history) is appended whole, as feedback, and ``Episode.rewritten`` counts it: the
-policy always continues the recorded context, so the trajectory is what was sampled.
+rewrote its history) is counted in ``Episode.rewritten`` and, by default (``rollout.samples:
+episode``), appended whole, as feedback: the policy continues the recorded context, so the
+trajectory is one sequence of what was sampled. With ``stepwise`` (``rollout.samples: turn``) the
+policy continues exactly what the agent sent, and that context starts a new sample of the episode
+(``Episode.resets``, reason ``rewrite``): every sample is what the policy saw.
 
 **Concurrency.** Agents run concurrently; their requests are batched: one generator thread waits
 (at most ``batch_wait_s``) until every live episode has a request pending and runs them in one
@@ -35,8 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.rollout.chat_turns import closing_left, turn_closing
+from agentrl.rollout.context import extension
 from agentrl.rollout.engines.base import InferenceEngine, SamplingParams
-from agentrl.types import Segment
+from agentrl.types import ContextReset, Segment
 
 
 @dataclass
@@ -50,9 +54,21 @@ class Episode:
     completions: int = 0
     rewritten: int = 0
     last_finish: str | None = None
+    resets: list[ContextReset] = field(default_factory=list)  # stepwise: contexts the agent rewrote
+
+    def window(self) -> tuple[list[int], list[Segment]]:
+        """The current context's start and the segments appended to it."""
+        return (self.resets[-1].prompt_ids, self.resets[-1].segments) if self.resets else (self.prompt_ids,
+                                                                                           self.segments)
 
     def context(self) -> list[int]:
-        return self.prompt_ids + [t for s in self.segments for t in s.token_ids]
+        prompt, segments = self.window()
+        return prompt + [t for s in segments for t in s.token_ids]
+
+    def last_action(self) -> list[int]:
+        """The token ids of the latest completion."""
+        segments = [s for r in [self.segments] + [r.segments for r in self.resets] for s in r if s.is_action]
+        return segments[-1].token_ids if segments else []
 
 
 def _free_port() -> int:
@@ -87,8 +103,10 @@ class PolicyServer:
     """The endpoint (see the module docstring). ``start()`` once; ``new_episode()`` per agent run."""
 
     def __init__(self, engine: InferenceEngine, tokenizer: Any, params: SamplingParams, *,
-                 chat_template: bool = False, model_name: str = "agentrl-policy", batch_wait_s: float = 0.05) -> None:
+                 chat_template: bool = False, model_name: str = "agentrl-policy", batch_wait_s: float = 0.05,
+                 stepwise: bool = False) -> None:
         self.engine, self.tokenizer, self.params = engine, tokenizer, params
+        self.stepwise = stepwise
         self.use_template = bool(chat_template and getattr(tokenizer, "chat_template", None))
         self.model_name = model_name
         self.episodes: dict[str, Episode] = {}
@@ -143,26 +161,41 @@ class PolicyServer:
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def _chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The ids of a whole conversation as the agent sent it, ready for the assistant's reply."""
+        ids = (self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+               if self.use_template else self._encode(self._render(messages, True)))
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def _rewritten(self, ep: Episode, whole: list[int], appended: list[int]) -> list[int] | None:
+        """A request that does not extend the episode: a new sample of exactly ``whole`` (stepwise), or
+        ``appended`` as feedback."""
+        if self.stepwise:
+            delta = extension(ep.context(), whole)  # re-sent in other words but the same tokens: it extends
+            if delta is not None:
+                return delta
+            ep.rewritten += 1
+            ep.resets.append(ContextReset("rewrite", whole))
+            return None
+        ep.rewritten += 1
+        return appended
+
     def _chat_delta(self, ep: Episode, messages: list[dict[str, Any]]) -> list[int] | None:
-        """Ids of what the agent added to the episode's conversation (None: a first request)."""
+        """Ids of what the agent added to the episode's conversation (None: a first request, or a new sample)."""
         if not ep.completions:
-            ids = (self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-                   if self.use_template else self._encode(self._render(messages, True)))
-            ep.prompt_ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            ep.prompt_ids = self._chat_ids(messages)
             return None
         k = len(ep.messages)
         if [(_content(m), m.get("role")) for m in messages[:k]] != [(_content(m), m.get("role")) for m in ep.messages]:
-            ep.rewritten += 1
-            return self._encode("\n" + self._render(messages, True))
+            return self._rewritten(ep, self._chat_ids(messages), self._encode("\n" + self._render(messages, True)))
         new = messages[k:]
         if not self.use_template:
             return self._encode("\n" + "\n".join(_content(m) for m in new) + "\n")
         before = self._render(ep.messages, False)
         after = self._render(messages, True)
         if not after.startswith(before):
-            ep.rewritten += 1
-            return self._encode(after)
-        last = [s for s in ep.segments if s.is_action][-1].token_ids[-1:]
+            return self._rewritten(ep, self._chat_ids(messages), self._encode(after))
+        last = ep.last_action()[-1:]
         tail = self.tokenizer.decode(last) if last else ""
         closing = closing_left(self._closing(), tail, ep.last_finish)  # what the policy did not generate
         return self._encode(closing + after[len(before):])
@@ -180,8 +213,7 @@ class PolicyServer:
             return None
         if prompt.startswith(ep.text):
             return self._encode(prompt[len(ep.text):])
-        ep.rewritten += 1
-        return self._encode(prompt)
+        return self._rewritten(ep, self._encode(prompt), self._encode(prompt))
 
     # ------------------------------------------------------------------ generation
     async def _complete(self, eid: str, delta_fn: Any, arg: Any, max_tokens: int | None) -> tuple[str, int, int, str]:
@@ -191,14 +223,14 @@ class PolicyServer:
             raise KeyError(eid)
         delta = delta_fn(ep, arg)
         if delta:
-            ep.segments.append(Segment(list(delta), False))
+            ep.window()[1].append(Segment(list(delta), False))
         context = ep.context()
         fut = asyncio.get_running_loop().create_future()
         self._pending.put((context, fut, asyncio.get_running_loop()))
         comp = await fut
         limit = min(len(comp.token_ids), max_tokens) if max_tokens else len(comp.token_ids)
         ids, logprobs = list(comp.token_ids[:limit]), list(comp.logprobs[:limit])
-        ep.segments.append(Segment(ids, True, logprobs))
+        ep.window()[1].append(Segment(ids, True, logprobs))
         ep.completions += 1
         ep.last_finish = "length" if limit < len(comp.token_ids) else comp.finish_reason
         text = self.tokenizer.decode(ids, skip_special_tokens=True)

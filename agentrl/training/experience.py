@@ -2,15 +2,52 @@
 
 Shapes: B samples, T tokens, A = T-1 action positions; action position ``t`` predicts token
 ``t+1``. Sequences are right-padded; ``action_mask`` is 1 exactly on tokens the policy generated.
+An episode is one sample, or several when its context was rebuilt (``Trajectory.resets``): one per
+context, each token-exact as the policy saw it. ``episodes`` holds the batch's E episodes for the
+estimators (per-turn rewards, step groups); ``episode_ids`` maps each sample to its episode.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from agentrl.types import Trajectory
+from agentrl.types import Segment, Trajectory
+
+
+@dataclass
+class EpisodeTable:
+    """The episodes behind a batch, for turn-level credit: E episodes of at most K turns.
+
+    ``turn_rewards`` holds each ``env.step`` reward, the last turn also taking whatever the episode's
+    final ``reward`` adds to their sum (a reward model, the reward server, the overlong penalty), so
+    the turns of an episode always sum to its reward. ``step_ids`` numbers the (group, state key)
+    pairs: turns with one id started from the same state of the same task (a turn without a key is
+    alone in its step group)."""
+
+    rewards: torch.Tensor       # (E,) float: the episode's reward
+    group_ids: torch.Tensor     # (E,) long
+    turn_rewards: torch.Tensor  # (E,K) float
+    turn_mask: torch.Tensor     # (E,K) float: 1 on the episode's turns
+    step_ids: torch.Tensor      # (E,K) long
+
+    @classmethod
+    def from_trajectories(cls, trajectories: list[Trajectory]) -> EpisodeTable:
+        K = max(max(len(t.turn_rewards), 1) for t in trajectories)
+        rewards, mask, steps, keys = [], [], [], {}
+        for t in trajectories:
+            row = [float(r) for r in t.turn_rewards] or [0.0]
+            row[-1] += float(t.reward) - sum(row)
+            rewards.append(row + [0.0] * (K - len(row)))
+            mask.append([1.0] * len(row) + [0.0] * (K - len(row)))
+            states = [t.state_keys[i] if i < len(t.state_keys) else object() for i in range(K)]  # no key: alone
+            steps.append([keys.setdefault((t.group_id, k), len(keys)) for k in states])
+        return cls(rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+                   group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
+                   turn_rewards=torch.tensor(rewards, dtype=torch.float32), turn_mask=torch.tensor(mask),
+                   step_ids=torch.tensor(steps, dtype=torch.long))
 
 
 @dataclass
@@ -30,6 +67,9 @@ class Experience:
     engine_logprobs: torch.Tensor | None = None  # (B,A) log-probs the engine reported
     versions: torch.Tensor | None = None       # (B,A) long: policy version that generated each token (async)
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # per-sample metrics, each (B,)
+    episode_ids: torch.Tensor | None = None    # (B,) long: the episode (row of ``episodes``) of each sample
+    turn_ids: torch.Tensor | None = None       # (B,A) long: the env turn of each generated token, -1 elsewhere
+    episodes: EpisodeTable | None = None       # the batch's episodes (E rows), whole after select/split
 
     def __len__(self) -> int:
         return self.sequences.shape[0]
@@ -38,9 +78,15 @@ class Experience:
     def num_action_tokens(self) -> int:
         return int(self.action_mask.sum().item())
 
+    @property
+    def several_samples_per_episode(self) -> bool:
+        """Whether some episode of the batch is more than one sample (its context was rebuilt)."""
+        return self.episode_ids is not None and len(self.episode_ids) > len(torch.unique(self.episode_ids))
+
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], pad_token_id: int) -> Experience:
-        """Lay out trajectories token-exactly: prompt, then every segment in order.
+        """Lay out trajectories token-exactly: each context's prompt, then its segments in order (one sample
+        per context: ``Trajectory.samples()``).
 
         Failed samples (``info["failed"]``: the env raised or timed out, the reward server failed) are
         refused: they must never train the policy. ``versions`` is filled when every trajectory has
@@ -51,42 +97,34 @@ class Experience:
         if failed:
             raise ValueError(f"{failed} failed samples passed to Experience.from_trajectories; drop them first")
         with_versions = all("action_versions" in t.info for t in trajectories)
-        rows = [t.prompt_ids + t.response_ids for t in trajectories]
+        samples = [(e, p, segs) for e, t in enumerate(trajectories) for p, segs in t.samples()]
+        rows = [p + [tok for s in segs for tok in s.token_ids] for _, p, segs in samples]
         T = max(len(r) for r in rows)
         lens = torch.tensor([len(r) for r in rows])
         seq = torch.tensor([r + [pad_token_id] * (T - len(r)) for r in rows], dtype=torch.long)
         attn = (torch.arange(T)[None] < lens[:, None]).long()
-        amask_rows, elp_rows, ver_rows = [], [], []  # built as lists: one tensor per batch, not one per segment
-        for traj in trajectories:
-            am, lp, ver = [0.0] * (T - 1), [0.0] * (T - 1), [0] * (T - 1)
-            pos = len(traj.prompt_ids)
-            seg_versions = iter(traj.info.get("action_versions", ()))
-            for s in traj.segments:
-                n = len(s.token_ids)
-                if s.is_action and with_versions:
-                    ver[pos - 1:pos - 1 + n] = [int(next(seg_versions))] * n
-                if s.is_action and n:
-                    am[pos - 1:pos - 1 + n] = [1.0] * n
-                    if s.logprobs:
-                        if len(s.logprobs) != n:
-                            raise ValueError(f"a segment has {n} tokens but {len(s.logprobs)} log-probs")
-                        lp[pos - 1:pos - 1 + n] = s.logprobs
-                pos += n
-            amask_rows.append(am)
-            elp_rows.append(lp)
-            ver_rows.append(ver)
-        amask = torch.tensor(amask_rows, dtype=torch.float32).reshape(len(rows), T - 1)
-        elp = torch.tensor(elp_rows, dtype=torch.float32).reshape(len(rows), T - 1)
+        cols: dict[str, list[list[float]]] = {"mask": [], "logprobs": [], "versions": [], "turns": []}
+        versions = [iter(t.info.get("action_versions", ())) for t in trajectories]
+        turns = [_TurnCounter(len(t.turn_rewards)) for t in trajectories]
+        for e, prompt, segs in samples:  # built as lists: one tensor per batch, not one per segment
+            for k, row in _layout(prompt, segs, T, versions[e] if with_versions else None, turns[e]).items():
+                cols[k].append(row)
+        B = len(rows)
+        episode_ids = [e for e, _, _ in samples]
         info = {
-            "response_length": torch.tensor([float(t.num_action_tokens) for t in trajectories]),
-            "truncated": torch.tensor([float(t.truncated) for t in trajectories]),
+            "response_length": torch.tensor([float(sum(m)) for m in cols["mask"]]),
+            "truncated": torch.tensor([float(trajectories[e].truncated) for e in episode_ids]),
         }
-        return cls(sequences=seq, attention_mask=attn, action_mask=amask,
-                   rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
-                   group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
-                   engine_logprobs=elp, info=info,
-                   versions=torch.tensor(ver_rows, dtype=torch.long).reshape(len(rows), T - 1) if with_versions
-                   else None)
+        return cls(sequences=seq, attention_mask=attn,
+                   action_mask=torch.tensor(cols["mask"], dtype=torch.float32).reshape(B, T - 1),
+                   rewards=torch.tensor([trajectories[e].reward for e in episode_ids], dtype=torch.float32),
+                   group_ids=torch.tensor([trajectories[e].group_id for e in episode_ids], dtype=torch.long),
+                   engine_logprobs=torch.tensor(cols["logprobs"], dtype=torch.float32).reshape(B, T - 1), info=info,
+                   versions=torch.tensor(cols["versions"], dtype=torch.long).reshape(B, T - 1) if with_versions
+                   else None,
+                   episode_ids=torch.tensor(episode_ids, dtype=torch.long),
+                   turn_ids=torch.tensor(cols["turns"], dtype=torch.long).reshape(B, T - 1),
+                   episodes=EpisodeTable.from_trajectories(trajectories))
 
     def _map(self, fn) -> Experience:
         kw = {}
@@ -109,7 +147,11 @@ class Experience:
         return [self.select(slice(i, i + size)) for i in range(0, len(self), size)]
 
     def to(self, device: torch.device | str) -> Experience:
-        return self._map(lambda t: t.to(device))
+        out = self._map(lambda t: t.to(device))
+        if self.episodes is not None:
+            out.episodes = EpisodeTable(**{f.name: getattr(self.episodes, f.name).to(device)
+                                           for f in fields(EpisodeTable)})
+        return out
 
     def trim(self) -> Experience:
         """Drop trailing all-padding columns (after selecting a subset of samples)."""
@@ -118,3 +160,37 @@ class Experience:
             return self
         return self._map(lambda t: t[:, :T] if t.dim() == 2 and t.shape[1] == self.sequences.shape[1]
                          else (t[:, :T - 1] if t.dim() == 2 else t))
+
+
+class _TurnCounter:
+    """The turn of each action segment of one episode, across its contexts: ``Segment.turn`` when set, else
+    the count of action segments before it; clamped to the episode's turns."""
+
+    def __init__(self, num_turns: int) -> None:
+        self.last, self.seen = max(num_turns, 1) - 1, 0
+
+    def __call__(self, segment: Segment) -> int:
+        turn = self.seen if segment.turn is None else segment.turn
+        self.seen += 1
+        return min(max(turn, 0), self.last)
+
+
+def _layout(prompt: list[int], segments: list[Segment], T: int, versions: Iterator[int] | None,
+            turns: _TurnCounter) -> dict[str, list]:
+    """One row's action positions (A = T-1): action mask, engine log-probs, versions and turns."""
+    am, lp, ver, turn = [0.0] * (T - 1), [0.0] * (T - 1), [0] * (T - 1), [-1] * (T - 1)
+    pos = len(prompt)
+    for s in segments:
+        n = len(s.token_ids)
+        if s.is_action:
+            if versions is not None:
+                ver[pos - 1:pos - 1 + n] = [int(next(versions))] * n
+            turn[pos - 1:pos - 1 + n] = [turns(s)] * n
+        if s.is_action and n:
+            am[pos - 1:pos - 1 + n] = [1.0] * n
+            if s.logprobs:
+                if len(s.logprobs) != n:
+                    raise ValueError(f"a segment has {n} tokens but {len(s.logprobs)} log-probs")
+                lp[pos - 1:pos - 1 + n] = s.logprobs
+        pos += n
+    return {"mask": am, "logprobs": lp, "versions": ver, "turns": turn}

@@ -155,6 +155,10 @@ def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, al
     correction between the engine's log-probs and the old (or, on-policy, current) log-probs.
     """
     mask = micro.action_mask
+    norm = dict(norm)
+    episode_tokens = norm.pop("episode_tokens", None)
+    if episode_tokens is not None:  # episodes of several rows: each row averages over its episode's tokens
+        norm["seq_tokens"] = episode_tokens.to(mask.device)[micro.episode_ids.to(mask.device)]
     old = micro.old_logprobs if micro.old_logprobs is not None else lp.detach()
     weights, stats = None, {}
     if micro.engine_logprobs is not None:
@@ -181,6 +185,20 @@ def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, al
     if algo.entropy_coef:
         loss = loss - algo.entropy_coef * agg_loss(ent, mask, algo.loss_agg, **norm)
     return loss, stats
+
+
+def loss_norm(mini: Experience, max_len: int | None) -> dict[str, Any]:
+    """The mini-batch's global normalisers for ``micro_policy_loss``: action tokens, sequences, ``max_len``.
+    When an episode is several rows (its context was rebuilt) the sequences are its episodes and
+    ``episode_tokens`` (indexed by ``episode_ids``) holds each episode's action tokens in the mini-batch, so
+    the seq-mean aggregations weigh an episode once, however many rows it has."""
+    norm: dict[str, Any] = dict(num_tokens=mini.action_mask.sum().item(), num_seqs=len(mini), max_len=max_len)
+    if mini.several_samples_per_episode:
+        ids = mini.episode_ids
+        norm["num_seqs"] = len(torch.unique(ids))
+        norm["episode_tokens"] = torch.zeros(int(ids.max()) + 1).index_add_(0, ids.cpu(),
+                                                                          mini.action_mask.sum(-1).float().cpu())
+    return norm
 
 
 def make_optimizer(params: Any, lr: float, weight_decay: float, warmup_steps: int
@@ -252,8 +270,8 @@ class PolicyLearner:
 
     def _optimizer_step(self, mini: Experience, kl_coef: float) -> dict[str, float]:
         algo = self.algo
-        num_tokens, num_seqs = mini.action_mask.sum().item(), len(mini)
-        norm = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=self.max_len)
+        norm = loss_norm(mini, self.max_len)
+        num_tokens = norm["num_tokens"]
         self.optimizer.zero_grad(set_to_none=True)
         acc = {"policy_loss": 0.0, "clipfrac": 0.0, "ratio": 0.0, "entropy": 0.0, "kl": 0.0}
         for micro in self.micro_batches(mini):

@@ -11,10 +11,11 @@ from agentrl.config import AlgoConfig
 from agentrl.training.experience import Experience
 from agentrl.types import Trajectory
 
-END_REASONS = ("terminated", "env_truncated", "max_turns", "turn_budget", "episode_budget", "failed")
+END_REASONS = ("terminated", "env_truncated", "max_turns", "turn_budget", "episode_budget", "context_full", "failed")
 """How an episode ends (``info["end_reason"]``, set by the executors): the env ended it, the env truncated
 it, it reached ``max_turns``, a (single-turn) response ran out of ``rollout.max_new_tokens``, the
-episode ran out of ``rollout.max_total_tokens``, or the env raised."""
+episode ran out of ``rollout.max_total_tokens``, its next turn did not fit in the policy's context
+(``rollout.context``), or the env raised."""
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
@@ -31,6 +32,7 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
            "failed/count": float(sum(bool(t.info.get("failed")) for t in trajs)),
            "episode/turns": float(np.mean([t.info.get("turns", sum(s.is_action for s in t.segments))
                                            for t in trajs]))}
+    out.update(context_metrics(trajs))
     reasons = Counter(end_reason(t) for t in trajs)
     for reason in sorted(set(END_REASONS) | set(reasons)):
         out[f"episode/end_reason/{reason}"] = reasons.get(reason, 0) / max(1, len(trajs))
@@ -46,6 +48,14 @@ def end_reason(t: Trajectory) -> str:
     return "turn_budget" if t.truncated else "terminated"
 
 
+def context_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Context policies at work: compactions and truncations per episode, samples per episode, and the
+    longest context the policy continued (``context/max_tokens``: mean over episodes, ``_max``: of the batch)."""
+    longest = [float(t.info.get("context_max", len(t.prompt_ids) + len(t.response_ids))) for t in trajs]
+    return {"episode/compactions": float(np.mean([t.info.get("compactions", 0) for t in trajs])),
+            "episode/truncations": float(np.mean([t.info.get("truncations", 0) for t in trajs])),
+            "episode/samples": float(np.mean([len(t.samples()) for t in trajs])),
+            "context/max_tokens": float(np.mean(longest)), "context/max_tokens_max": float(max(longest))}
 def offpolicy_metrics(exp: Experience, version: int, algo: AlgoConfig, max_staleness: int = 0) -> dict[str, float]:
     """``staleness/*`` (policy versions behind the learner's ``version``; ``staleness/frac_k`` for every k up
     to ``max_staleness``) and ``mismatch/*`` (engine vs learner log-probs, the correction's weights) of a batch."""

@@ -34,17 +34,19 @@ def learner_logprobs(learner: Any, trajs: list[Trajectory], pad_token_id: int) -
     if not ok:
         return [None] * len(trajs)
     rows = learner.logprobs(Experience.from_trajectories(ok, pad_token_id)).float().cpu().tolist()
-    scored = iter(rows)
+    scored = iter(rows)  # one row per sample: an episode whose context was rebuilt has several
     out: list[list[list[float]] | None] = []
     for t in trajs:
         if t.info.get("failed"):
             out.append(None)
             continue
-        row, pos, segs = next(scored), len(t.prompt_ids), []
-        for s in t.segments:  # action position p - 1 predicts the token at p
-            if s.is_action:
-                segs.append(row[pos - 1:pos - 1 + len(s.token_ids)])
-            pos += len(s.token_ids)
+        segs = []
+        for prompt, segments in t.samples():
+            row, pos = next(scored), len(prompt)
+            for s in segments:  # action position p - 1 predicts the token at p
+                if s.is_action:
+                    segs.append(row[pos - 1:pos - 1 + len(s.token_ids)])
+                pos += len(s.token_ids)
         out.append(segs)
     return out
 

@@ -125,9 +125,19 @@ def pairs_to_experience(pairs: list[tuple[list[int], list[int]]], pad_id: int) -
 
 
 def _as_trajectories(examples: Sequence[Any]) -> list[Trajectory]:
-    return [e if isinstance(e, Trajectory) else
-            Trajectory(prompt_ids=list(e[0]), segments=[Segment(list(e[1]), True)], reward=0.0, task_id="",
-                       group_id=i) for i, e in enumerate(examples)]
+    """Examples as one-context trajectories: a pair becomes one, an episode whose context was rebuilt
+    (``Trajectory.resets``) one per context."""
+    out = []
+    for i, e in enumerate(examples):
+        if not isinstance(e, Trajectory):
+            out.append(Trajectory(prompt_ids=list(e[0]), segments=[Segment(list(e[1]), True)], reward=0.0,
+                                  task_id="", group_id=i))
+        elif not e.resets:
+            out.append(e)
+        else:
+            out += [Trajectory(prompt_ids=list(p), segments=list(segs), reward=e.reward, task_id=e.task_id,
+                               group_id=e.group_id) for p, segs in e.samples()]
+    return out
 
 
 def pack(examples: Sequence[Any], pad_id: int, pack_length: int, dtype: torch.dtype = torch.float32) -> SFTBatch:

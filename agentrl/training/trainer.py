@@ -24,7 +24,6 @@ from agentrl import checkpoint as ckpt
 from agentrl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
-    compute_advantages,
     kl_penalty,
     masked_mean,
 )
@@ -41,6 +40,7 @@ from agentrl.rollout.failures import EnvFailures
 from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
 from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics
+from agentrl.training.credit import batch_advantages, sample_metrics
 from agentrl.training.experience import Experience
 from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import (
@@ -193,7 +193,8 @@ class Trainer:
             exp.values = self.critic.values(exp)
 
     def advantages(self, exp: Experience) -> dict[str, float]:
-        """Advantages and returns from rewards (and the KL penalty when it is in the reward)."""
+        """Advantages and returns from rewards (and the KL penalty when it is in the reward): trajectory-level, or
+        per turn with ``algo.turn_gamma`` / ``algo.step_adv_weight`` (``agentrl.training.credit``)."""
         a = self.cfg.algo
         kl = None
         metrics: dict[str, float] = {}
@@ -201,10 +202,9 @@ class Trainer:
             current = exp.old_logprobs if exp.old_logprobs is not None else exp.engine_logprobs
             kl = kl_penalty(current, exp.ref_logprobs, a.kl_estimator)
             metrics["kl"] = masked_mean(kl, exp.action_mask).item()
-        exp.advantages, exp.returns = compute_advantages(
-            a.estimator, exp.rewards, exp.group_ids, exp.action_mask, values=exp.values,
-            kl=kl if a.kl_mode == "reward" else None, kl_coef=self.kl_ctl.value, gamma=a.gamma, lam=a.lam,
-            eps=a.adv_eps)
+        exp.advantages, exp.returns = batch_advantages(exp, a, kl if a.kl_mode == "reward" else None,
+                                                       self.kl_ctl.value)
+        metrics.update(sample_metrics(exp, a))
         return metrics
 
     def update(self, exp: Experience) -> dict[str, float]:

@@ -88,6 +88,35 @@ def test_completions_endpoint_and_concurrent_agents(server):
             model="p", prompt="x")
 
 
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_a_rewritten_history_is_feedback_or_a_new_sample(server, stepwise):
+    """An agent that edits its history (drops its first exchange): appended whole as feedback with
+    rollout.samples=episode; with rollout.samples=turn the policy continues exactly what the agent sent,
+    and that context starts a new sample of the episode."""
+    srv, _, tok = server
+    srv.stepwise = stepwise
+    try:
+        eid, url = srv.new_episode()
+        client = openai.OpenAI(base_url=url, api_key="x")
+        text = client.completions.create(model="p", prompt="1+2=", max_tokens=3).choices[0].text
+        client.completions.create(model="p", prompt=f"1+2={text} ok", max_tokens=3)  # extends: same sample
+        client.completions.create(model="p", prompt="summary: 3. 2+2=", max_tokens=3)  # rewritten
+        ep = srv.pop_episode(eid)
+    finally:
+        srv.stepwise = False
+    assert ep.rewritten == 1 and ep.completions == 3
+    if not stepwise:
+        assert not ep.resets and [s.is_action for s in ep.segments] == [True, False, True, False, True]
+        assert ep.segments[3].token_ids == tok("summary: 3. 2+2=", add_special_tokens=False)["input_ids"]
+        return
+    assert [s.is_action for s in ep.segments] == [True, False, True]
+    [reset] = ep.resets
+    assert reset.reason == "rewrite"
+    assert reset.prompt_ids == tok("summary: 3. 2+2=", add_special_tokens=False)["input_ids"]
+    assert [s.is_action for s in reset.segments] == [True]
+    assert ep.context() == reset.prompt_ids + reset.segments[0].token_ids  # what the policy continued
+
+
 def test_streamed_completions_are_recorded_like_plain_ones(server):
     srv, _, tok = server
     eid, url = srv.new_episode()

@@ -23,7 +23,8 @@ SLOW = {"agentrl/RepoRepair-v0"}
 ENV_IDS = [pytest.param(e, marks=pytest.mark.slow) if e in SLOW else e for e in list_envs()]
 EXPECTED = ["agentrl/Arithmetic-v0", "agentrl/Countdown-v0", "agentrl/GSM8K-v0", "agentrl/MATH500-v0",
             "agentrl/AIME24-v0", "agentrl/AMC23-v0", "agentrl/HumanEval-v0", "agentrl/MBPP-v0",
-            "agentrl/MBPPRetry-v0", "agentrl/CalculatorMath-v0", "agentrl/PythonToolMath-v0"]
+            "agentrl/MBPPRetry-v0", "agentrl/CalculatorMath-v0", "agentrl/PythonToolMath-v0",
+            "agentrl/GuessNumber-v0"]
 GARBAGE = ["", " ", "\n\n", "asdf qwerty", "\\boxed{}", "```python\n```", "<tool_call>not json</tool_call>",
            "The answer is banana.", "\\boxed{\\boxed{", "1/0", "import os; os._exit(0)"]
 

@@ -15,7 +15,7 @@ import torch
 from agentrl.config import AlgoConfig, LearnerConfig
 from agentrl.distributed.strategies.base import Strategy, shard_micro_batches, shard_rows
 from agentrl.training.experience import Experience
-from agentrl.training.learner import PolicyLearner, micro_policy_loss, sequence_logprobs
+from agentrl.training.learner import PolicyLearner, loss_norm, micro_policy_loss, sequence_logprobs
 
 
 class ShardedPolicyLearner(PolicyLearner):
@@ -48,8 +48,8 @@ class ShardedPolicyLearner(PolicyLearner):
     def _optimizer_step(self, mini: Experience, kl_coef: float) -> dict[str, float]:
         """Mirrors ``PolicyLearner._optimizer_step`` on this rank's shard (global normalisation)."""
         algo, s = self.algo, self.strategy
-        num_tokens, num_seqs = mini.action_mask.sum().item(), len(mini)
-        norm = dict(num_tokens=num_tokens, num_seqs=num_seqs, max_len=self.max_len)
+        norm = loss_norm(mini, self.max_len)
+        num_tokens = norm["num_tokens"]
         acc = {"policy_loss": 0.0, "clipfrac": 0.0, "ratio": 0.0, "entropy": 0.0, "kl": 0.0}
         for micro, weight in shard_micro_batches(mini, s.rank, s.world_size, self.cfg.micro_batch_size):
             micro = micro.trim().to(s.device)

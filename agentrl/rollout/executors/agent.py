@@ -41,9 +41,10 @@ class BlackBoxExecutor:
     """
 
     def __init__(self, env: Any, engine: Any, tokenizer: Any, params: Any, *, n_samples: int = 1,
-                 chat_template: bool = False) -> None:
+                 chat_template: bool = False, stepwise: bool = False) -> None:
         self.env, self.engine, self.tokenizer = env, engine, tokenizer
         self.params, self.n_samples, self.chat_template = params, n_samples, chat_template
+        self.stepwise = stepwise  # rollout.samples=turn: a rewritten history starts a new sample
         self.server: Any = None
 
     def prompt_ids(self, task: Task) -> list[int]:
@@ -55,7 +56,8 @@ class BlackBoxExecutor:
         from agentrl.rollout.openai_server import PolicyServer
 
         if self.server is None:
-            self.server = PolicyServer(self.engine, self.tokenizer, params, chat_template=self.chat_template).start()
+            self.server = PolicyServer(self.engine, self.tokenizer, params, chat_template=self.chat_template,
+                                       stepwise=self.stepwise).start()
             weakref.finalize(self, self.server.close)  # the endpoint goes with the executor
         self.server.params = params
         return self.server
@@ -89,9 +91,12 @@ class BlackBoxExecutor:
                     finish_reason=ep.last_finish, end_reason="failed" if info.get("failed") else "terminated")
         prompt = ep.prompt_ids or encode_prompt(self.tokenizer, task.prompt, self.chat_template)
         segments = ep.segments or [Segment([self.tokenizer.eos_token_id], True, [0.0])]
+        for r in [segments] + [r.segments for r in ep.resets]:
+            for s in r:
+                s.turn = 0  # one env reward for the whole agent run
         return Trajectory(prompt_ids=list(prompt), segments=segments, reward=reward, task_id=task.id,
                           group_id=group_id, turn_rewards=[reward], terminated=True,
-                          truncated=ep.last_finish == "length", info=info)
+                          truncated=ep.last_finish == "length", info=info, resets=ep.resets)
 
     def close(self) -> None:
         if self.server is not None:

@@ -27,8 +27,18 @@ that reaches ``max_turns`` (``env.max_turns``) without the env ending it ends ``
 counts the policy's turns; ``info["tool_calls"]`` keeps the tool calls an env reports in its step's
 ``info["calls"]`` (each with its ``turn``).
 
+**Context.** With a ``context`` policy (``agentrl.rollout.context``) an episode whose next turn would
+not fit in the policy's context ends (``none``, ``end_reason`` ``context_full``), or has its context
+rebuilt (``truncate``, ``compact``): each rebuilt context starts a new sample of the episode
+(``Trajectory.resets``), ``info["truncations"]``/``info["compactions"]`` count them and
+``info["context_max"]`` is the longest context the policy continued. A prompt that leaves no room for
+one turn fails its episode. Summaries are actions (``info["summaries"]`` holds their text) but not env
+turns, and do not count in the episode's token budget.
+
 **Rewards.** ``turn_rewards`` holds every ``env.step`` reward; the episode's ``reward`` is their
-sum (Gymnasium's return). Our multi-turn envs give 0 until the final turn.
+sum (Gymnasium's return). Our multi-turn envs give 0 until the final turn. ``state_keys`` names the
+state each turn started from: the env's ``info["state_key"]`` (of ``reset``, then of each ``step``)
+or a digest of the observation (step groups of turn-level credit). Every segment carries its turn.
 
 **Batching and failures.** Every episode gets its own env (a deep copy of the executor's env,
 sharing its read-only ``tasks`` list). Env steps run concurrently on an ``EnvPool`` (worker
@@ -48,6 +58,7 @@ workspace env: ``commands``, ``outputs``, ``diff``, ``verifier``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -55,10 +66,11 @@ from typing import Any
 
 from agentrl.env import TextEnv
 from agentrl.rollout.chat_turns import REPLY_MARK, closing_left, turn_closing
+from agentrl.rollout.context import COMPACT_INSTRUCTION, ContextPolicy, marker_text
 from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
 from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.rollout.executors.single_turn import encode_prompt
-from agentrl.types import Segment, Task, Trajectory
+from agentrl.types import ContextReset, Segment, Task, Trajectory
 
 log = logging.getLogger(__name__)
 _MARK = "<<agentrl-observation>>"
@@ -84,10 +96,25 @@ class Episode:
     done: bool = False
     terminated: bool = False
     truncated: bool = False
+    resets: list[ContextReset] = field(default_factory=list)  # contexts rebuilt by the context policy
+    turn_log: list[tuple[list[int], list[int]]] = field(default_factory=list)  # each turn's action, feedback ids
+    observations: list[str] = field(default_factory=list)  # each step's observation
+    state_keys: list[str] = field(default_factory=list)
+    summary_for: str | None = None  # compact: the observation the summary being written is asked after
+    longest_request: int = 0  # compact: the longest compaction request of the episode so far (tokens)
+
+    def window(self) -> tuple[list[int], list[Segment]]:
+        """The current context's start and the segments appended to it."""
+        last = self.resets[-1] if self.resets else None
+        return (last.prompt_ids, last.segments) if last else (self.prompt_ids, self.segments)
 
     def context(self) -> list[int]:
-        """Every token so far: what the policy continues from."""
-        return self.prompt_ids + [t for s in self.segments for t in s.token_ids]
+        """Every token of the current context: what the policy continues from."""
+        prompt, segments = self.window()
+        return prompt + [t for s in segments for t in s.token_ids]
+
+    def append(self, segment: Segment) -> None:
+        self.window()[1].append(segment)
 
 
 class ChatFeedback:
@@ -114,13 +141,16 @@ class MultiTurnExecutor:
 
     def __init__(self, env: TextEnv, engine: InferenceEngine, tokenizer: Any, params: SamplingParams,
                  *, n_samples: int = 1, chat_template: bool = False, max_turns: int | None = None,
-                 max_total_tokens: int | None = None, pool: EnvPool | None = None) -> None:
+                 max_total_tokens: int | None = None, pool: EnvPool | None = None,
+                 context: ContextPolicy | None = None) -> None:
         self.env, self.engine, self.tokenizer = env, engine, tokenizer
         self.pool = pool or EnvPool(workers=1)
+        self.context = context or ContextPolicy(turn_tokens=params.max_new_tokens)
         self.params, self.n_samples, self.chat_template = params, n_samples, chat_template
         self.max_turns = max_turns or int(getattr(env, "max_turns", 1))
         self.max_total_tokens = max_total_tokens
         self.chat: ChatFeedback | None = None
+        self._script: Callable[[TextEnv], str] | None = None  # run_scripted's policy while it runs
         if chat_template and getattr(tokenizer, "chat_template", None):
             try:
                 self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
@@ -152,17 +182,25 @@ class MultiTurnExecutor:
         ready = [e for e in episodes if not e.done]  # waiting for the engine
         stepping: dict[Pending, tuple[Episode, list[int]]] = {}  # waiting for their env
         while ready or stepping:
+            summarized = []  # compaction summaries go back to the engine without an env step
             if ready:
-                limits = [min(params.max_new_tokens, budget - e.response_tokens) for e in ready]
-                completions = self.engine.generate([e.context() for e in ready],
-                                                   replace(params, max_new_tokens=max(limits)))
+                contexts = [e.context() for e in ready]
+                limits = [self._limit(e, len(c), params, budget) for e, c in zip(ready, contexts)]
+                completions = self._generate(ready, contexts, replace(params, max_new_tokens=max(limits)))
                 version = getattr(self.engine, "version", None)
                 for e, comp, limit in zip(ready, completions, limits):
+                    if e.done:  # a scripted policy that raised failed its episode
+                        continue
+                    if e.summary_for is not None:
+                        self._compact(e, comp, limit, version)
+                        summarized += [] if e.done else [e]
+                        continue
                     ids, text = self._act(e, comp, limit, budget, version)
                     stepping[self.pool.submit(e.env.step, text)] = (e, ids)
             # continuous batching: whatever has answered goes back to the engine, the rest keep stepping
-            ready = []
-            for p in self.pool.wait_any(list(stepping)):
+            done = self.pool.wait_any(list(stepping)) if not summarized else [p for p in stepping if p.done]
+            ready = summarized
+            for p in done:
                 e, ids = stepping.pop(p)
                 self._observe(e, ids, p, budget)
                 if not e.done:
@@ -171,50 +209,72 @@ class MultiTurnExecutor:
 
     def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str]) -> list[Trajectory]:
         """One episode per task whose actions are ``act(env)`` (a scripted policy, e.g. the env's
-        ``reference_action``), stitched as :meth:`run` stitches the engine's: the action's tokens and
-        the EOS, cut at the turn's budget as a generated turn would be, then the feedback's tokens."""
-        params, eos = self.params, self.tokenizer.eos_token_id
-        budget = self.max_total_tokens or params.max_new_tokens * self.max_turns
-        episodes = []
-        for i, task in enumerate(tasks):
-            e = self._start(task, i)
-            while not e.done:
-                try:
-                    ids = self.tokenizer(act(e.env), add_special_tokens=False)["input_ids"] + [eos]
-                except Exception as exc:  # a broken reference policy fails its episode
-                    self._fail(e, exc)
-                    break
-                comp = Completion(ids, [0.0] * len(ids), "stop")
-                ids, text = self._act(e, comp, min(params.max_new_tokens, budget - e.response_tokens), budget, None)
-                pending = self.pool.submit(e.env.step, text)
-                self.pool.wait_all([pending])
-                self._observe(e, ids, pending, budget)
-            episodes.append(e)
-        return [self._trajectory(e) for e in episodes]
+        ``reference_action``), stitched as :meth:`run` stitches the engine's (the action's tokens and
+        the EOS, cut at the turn's budget as a generated turn would be, then the feedback's tokens) under
+        the same context policy; a compaction request is answered by the env's ``reference_summary()``
+        when it has one, else by ``act``. An ``act`` that raises fails its episode."""
+        self._script = act
+        try:
+            return self.run(tasks, n_samples=1)
+        finally:
+            self._script = None
+
+    def _generate(self, episodes: list[Episode], contexts: list[list[int]], params: SamplingParams
+                  ) -> list[Completion]:
+        """The next turn for each episode: the engine's, or the scripted policy's (:meth:`run_scripted`)."""
+        if self._script is None:
+            return self.engine.generate(contexts, params)
+        out, eos = [], self.tokenizer.eos_token_id
+        for e in episodes:
+            summarize = getattr(e.env, "reference_summary", None) if e.summary_for is not None else None
+            try:
+                text = summarize() if callable(summarize) else self._script(e.env)
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+            except Exception as exc:  # a broken reference policy fails its episode
+                self._fail(e, exc)
+                ids = []
+            out.append(Completion(ids, [0.0] * len(ids), "stop"))
+        return out
+
+    def _limit(self, e: Episode, context_len: int, params: SamplingParams, budget: int) -> int:
+        """Tokens episode ``e`` may generate now: its turn (or summary) budget within the context."""
+        if e.summary_for is not None:
+            limit = self.context.summary_tokens
+        else:
+            limit = min(params.max_new_tokens, budget - e.response_tokens)
+        return max(1, min(limit, self.context.max_tokens - context_len)) if self.context.limited else limit
 
     # ------------------------------------------------------------------ one episode
     def _start(self, task: Task, group_id: int) -> Episode:
         env = clone_env(self.env)
         try:
-            _, info = env.reset(options={"task": task})
+            obs, info = env.reset(options={"task": task})
             prompt = encode_prompt(self.tokenizer, info["prompt"], self.chat_template)
         except Exception as e:  # a crashing env fails this episode, not the batch
             prompt = encode_prompt(self.tokenizer, task.prompt, self.chat_template)
             ep = Episode(env, task, group_id, prompt)
             self._fail(ep, e)
             return ep
-        info = {"responses": [], "finish_reason": None, **({"env_server": info["env_server"]}
-                                                               if "env_server" in info else {})}
-        return Episode(env, task, group_id, prompt, info=info)
+        kept = {"env_server": info["env_server"]} if "env_server" in info else {}
+        ep = Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None,
+                                                         "context_max": len(prompt), **kept},
+                     state_keys=[state_key(obs, info)])
+        if not self.context.fits(len(prompt), 0):
+            self._fail(ep, ValueError(f"the prompt of {len(prompt)} tokens leaves no room for a turn of "
+                                      f"{self.context.turn_tokens} in rollout.context.max_tokens="
+                                      f"{self.context.max_tokens}"))
+        return ep
 
     def _act(self, e: Episode, comp: Completion, limit: int, budget: int, version: int | None
              ) -> tuple[list[int], str]:
         """Append one generated turn (and the policy version that made it); return its ids and text."""
         ids, logprobs = list(comp.token_ids[:limit]), list(comp.logprobs[:limit])
         cut = len(comp.token_ids) > limit or comp.finish_reason == "length"
-        e.segments.append(Segment(ids, True, logprobs))
+        e.append(Segment(ids, True, logprobs, turn=len(e.turn_log)))
+        e.turn_log.append((ids, []))
         if version is not None:
             e.info.setdefault("action_versions", []).append(version)
+        e.info["context_max"] = max(e.info["context_max"], len(e.context()))
         e.response_tokens += len(ids)
         e.out_of_budget = cut and e.response_tokens >= budget  # a turn cut at max_new_tokens alone goes on
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -248,12 +308,66 @@ class MultiTurnExecutor:
                       else "max_turns" if len(e.turn_rewards) >= self.max_turns else "episode_budget")
             self._end(e, bool(terminated), bool(truncated) or out_of_budget or not terminated, reason)
             return
-        feedback = self.feedback_ids(obs, ids, e.info.get("finish_reason"))
+        finish = e.info.get("finish_reason")
+        feedback = self.feedback_ids(obs, ids, finish)
         if self.max_total_tokens and e.response_tokens + len(feedback) >= budget:  # no room to answer it
             self._end(e, False, True, "episode_budget")
             return
-        e.segments.append(Segment(feedback, False))
+        turn = len(e.turn_log) - 1
+        e.turn_log[-1] = (ids, feedback)
+        e.observations.append(str(obs))
+        e.state_keys.append(state_key(obs, step_info))
         e.response_tokens += len(feedback) if self.max_total_tokens else 0
+        self._continue(e, ids, obs, feedback, finish, turn)
+
+    # ------------------------------------------------------------------ the context policy
+    def _continue(self, e: Episode, ids: list[int], obs: str, feedback: list[int], finish: str | None,
+                  turn: int) -> None:
+        """Append the feedback to turn ``ids``, or apply the context policy when the next turn would not fit."""
+        policy, length = self.context, len(e.context())
+        if policy.name == "compact":
+            request = self.feedback_ids(self._request(obs), ids, finish)
+            e.longest_request = max(e.longest_request, len(request))  # the next one may be as long
+            if policy.compact_due(length, len(feedback), e.longest_request):
+                if not policy.room_for_summary(length, len(request)):
+                    self._end(e, False, True, "context_full")
+                    return
+                e.append(Segment(request, False, turn=turn))
+                e.summary_for = obs
+                return
+        if policy.fits(length, len(feedback)):
+            e.append(Segment(feedback, False, turn=turn))
+            return
+        rebuilt = None
+        if policy.name == "truncate":
+            marker = lambda n: self.tokenizer(marker_text(n), add_special_tokens=False)["input_ids"]  # noqa: E731
+            rebuilt = policy.truncated(e.prompt_ids, e.turn_log, e.observations, self.feedback_ids, marker)
+        if rebuilt is None:
+            self._end(e, False, True, "context_full")
+            return
+        e.resets.append(ContextReset("truncate", rebuilt))
+        e.info["truncations"] = e.info.get("truncations", 0) + 1
+
+    def _request(self, observation: str) -> str:
+        """The observation followed by the compaction instruction (the env's, or the default)."""
+        return observation + "\n\n" + str(getattr(self.env, "compaction_instruction", None) or COMPACT_INSTRUCTION)
+
+    def _compact(self, e: Episode, comp: Completion, limit: int, version: int | None) -> None:
+        """Take the summary the policy wrote and rebuild the context: prompt, summary, last observation."""
+        ids, logprobs = list(comp.token_ids[:limit]), list(comp.logprobs[:limit])
+        finish = "length" if len(comp.token_ids) > limit or comp.finish_reason == "length" else comp.finish_reason
+        e.append(Segment(ids, True, logprobs, turn=len(e.turn_log)))  # it serves the next turn
+        if version is not None:
+            e.info.setdefault("action_versions", []).append(version)
+        e.info["context_max"] = max(e.info["context_max"], len(e.context()))
+        e.info.setdefault("summaries", []).append(self.tokenizer.decode(ids, skip_special_tokens=True))
+        rebuilt = e.prompt_ids + ids + self.feedback_ids(e.summary_for, ids, finish)
+        e.summary_for = None
+        if not self.context.fits(len(rebuilt), 0):
+            self._end(e, False, True, "context_full")
+            return
+        e.resets.append(ContextReset("compact", rebuilt))
+        e.info["compactions"] = e.info.get("compactions", 0) + 1
 
     def _end(self, e: Episode, terminated: bool, truncated: bool, reason: str) -> None:
         e.done, e.terminated, e.truncated = True, terminated, truncated
@@ -270,10 +384,19 @@ class MultiTurnExecutor:
         self._end(e, True, False, "failed")
 
     def _trajectory(self, e: Episode) -> Trajectory:
-        info = dict(e.info, turns=sum(s.is_action for s in e.segments))
+        info = dict(e.info, turns=len(e.turn_log))
         responses = info.get("responses") or [""]
         info["response"] = responses[-1]
         reward = 0.0 if info.get("failed") else float(sum(e.turn_rewards))
         return Trajectory(prompt_ids=list(e.prompt_ids), segments=e.segments, reward=reward, task_id=e.task.id,
                           group_id=e.group_id, turn_rewards=list(e.turn_rewards), terminated=e.terminated,
-                          truncated=e.truncated, info=info)
+                          truncated=e.truncated, info=info, state_keys=e.state_keys[:len(e.turn_rewards)],
+                          resets=e.resets)
+
+
+def state_key(observation: Any, info: dict[str, Any]) -> str:
+    """The state a turn starts from: the env's ``info["state_key"]``, else a digest of the observation."""
+    key = info.get("state_key") if isinstance(info, dict) else None
+    if key is not None:
+        return str(key)
+    return hashlib.sha1(str(observation).encode("utf-8", "replace")).hexdigest()[:16]
