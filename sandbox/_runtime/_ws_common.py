@@ -9,6 +9,8 @@ import json
 import os
 import struct
 
+from _leftovers import reap_children  # type: ignore[import-not-found]  # noqa: F401 (the workspace runtime's)
+
 # Top-level directories that are the system's, never part of the agent's tree (``sandbox.workspace.base``).
 SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "usr",
                "var", "tests"}
@@ -64,13 +66,3 @@ def parent_of(pid: int) -> int:
     except (OSError, ValueError, IndexError):
         return 0
 
-
-def reap_children() -> None:
-    """Reap every exited child without blocking (pid 1 of a workspace reaps its orphans too)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
