@@ -239,7 +239,13 @@ def test_a_run_that_trains_on_updates_the_open_page(runs: dict[str, Path], brows
                       ?.getAttribute('d') || '').split('L').length === 3""", timeout=60_000)
         assert "3 steps" in page.locator(".run-chip").inner_text()
         page.click('#tabs a[data-tab="episodes"]')
-        assert page.locator("table.episodes tbody tr").count() == len(read_samples(trained))
+        # The run appends its held-out episodes after the step's metrics, so a poll may land between
+        # the two: the table must catch up on a later poll (train has returned, nothing more comes).
+        n = len(read_samples(trained))
+        page.wait_for_function(f"() => document.querySelectorAll('table.episodes tbody tr').length === {n}",
+                               timeout=30_000)
+        page.wait_for_timeout(3 * 1000)  # and stay there: no duplicate rows from a later poll
+        assert page.locator("table.episodes tbody tr").count() == n
         assert errors == []
 
 
