@@ -20,7 +20,9 @@ workspace and returns its tree; the workspace is closed; ``grade`` then runs on 
 task's verifier in a fresh workspace, with its tests copied in only then). The reward is the
 grader's; a grader that could not run (``Verdict.error``) marks the sample failed (``info["failed"]``:
 it leaves the loss, as failed samples do) rather than scoring it 0. A tree larger than the task's
-storage (``TreeTooLarge``) is the agent's doing: 0, ungraded.
+storage (``TreeTooLarge``) is the agent's doing: 0, ungraded. An env whose untouched tree is known to
+fail (``unchanged_reward``, e.g. RepoRepair's: its build checked that the bug fails the tests) scores a
+final tree byte-identical to the built one with that reward, without running the verifier.
 
 ``pool_size`` > 0 keeps that many started workspaces per task in a warm pool
 (:class:`sandbox.workspace.pool.WorkspacePool`, shared by the env's per-episode copies and closed
@@ -60,6 +62,8 @@ class WorkspaceEnv(TextEnv):
     """An agent in a computer with tools (see the module docstring); subclasses give tasks and grading."""
 
     feedback_role = "user"
+    #: the reward of a final tree identical to the built one, when known without grading (None: grade it)
+    unchanged_reward: float | None = None
 
     def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
@@ -169,7 +173,8 @@ class WorkspaceEnv(TextEnv):
             self.session.spec = None  # the episode is over: a step now needs a reset first
             ws.close()
         if tree is not None:
-            verdict = self.grade(self.task, tree)
+            verdict = self.grade(self.task, tree) if self.unchanged_reward is None or not _same(ws.initial, tree) \
+                else Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree")
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
                                "error": verdict.error},
@@ -185,6 +190,11 @@ class WorkspaceEnv(TextEnv):
 
     def close(self) -> None:
         self.session.shutdown()
+
+
+def _same(initial: Tree | None, final: Tree) -> bool:
+    """Whether the final tree is byte for byte the initial one (every file, link and directory)."""
+    return initial is not None and (initial.data == final.data or initial.files() == final.files())
 
 
 def _named(call: dict[str, Any] | ToolCallError) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,3 +244,32 @@ def test_the_overlong_penalty_sees_turns_of_every_context():
                    resets=[ContextReset("compact", [1, 9], [Segment([4] * 8, True)])])
     apply_overlong_penalty([t], max_tokens=8, buffer=4, penalty=1.0)  # the 8-token turn is in the second context
     assert t.info["overlong_penalty"] == -1.0 and t.reward == 0.0
+
+
+class _CountedGuess(GuessNumberEnv):
+    """GuessNumber that counts its open copies (an episode's copy is open from reset to close)."""
+
+    open_now = 0
+    most_open = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        type(self).open_now += 1
+        type(self).most_open = max(type(self).most_open, type(self).open_now)
+        return super().reset(seed=seed, options=options)
+
+    def close(self) -> None:
+        type(self).open_now -= 1
+        super().close()
+
+
+def test_run_scripted_keeps_at_most_a_chunk_of_episodes_open(tok: Any) -> None:
+    """Thousands of warm-start episodes (each may hold a workspace) run a chunk at a time, in task
+    order, with distinct groups, and every copy is closed."""
+    env = _CountedGuess(rounds=1, guesses=6, high=50, feedback="direction")
+    ex = MultiTurnExecutor(env, None, tok, SamplingParams(max_new_tokens=4))
+    tasks = [env.sample_task(np.random.default_rng(i)) for i in range(7)]
+    trajs = ex.run_scripted(tasks, lambda e: e.reference_action(), chunk=3)
+    assert [t.task_id for t in trajs] == [t.id for t in tasks]
+    assert sorted(t.group_id for t in trajs) == list(range(7))
+    assert all(t.reward > 0 and not t.info.get("failed") for t in trajs)
+    assert _CountedGuess.most_open == 3 and _CountedGuess.open_now == 0

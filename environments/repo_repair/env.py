@@ -71,6 +71,8 @@ class RepoRepairEnv(GeneratedEnv):
     its own test suite. ``split``: train, test or all; ``projects``: keep only these; ``limit``: the first
     N tasks. Other keywords are :class:`WorkspaceEnv`'s."""
 
+    unchanged_reward = 0.0  # the build kept a mutation only when some project test fails with it
+
     def __init__(self, split: str = "train", projects: list[str] | None = None, limit: int | None = None, *,
                  backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 120.0, max_output_chars: int = 8000, max_calls_per_turn: int = 8,

@@ -104,7 +104,8 @@ def env():
 
 def test_a_sample_passes_the_conformance_suite(env: RepoRepairEnv) -> None:
     """Cachetools (its suite runs in ~1 s): the oracle's str_replace 1.0; no-op, random text and deleting the
-    broken code 0.0 — graded by the project's whole suite in a fresh workspace."""
+    broken code 0.0 — a changed tree graded by the project's whole suite in a fresh workspace; the untouched
+    tree scores ``unchanged_reward`` without the suite, and the suite agrees (run with it off)."""
     for task in env.tasks[:2]:
         env.reset(options={"task": task})
         _, reward, terminated, _, info = env.step(env.reference_answer(task))
@@ -113,8 +114,17 @@ def test_a_sample_passes_the_conformance_suite(env: RepoRepairEnv) -> None:
         wreck = render_calls("hermes", [("bash", {"command": f"rm -f {row['file']}"}), ("submit", {})])
         for action in ["", env.action_space.sample()[:300], wreck]:
             env.reset(options={"task": task})
-            _, reward, *_ = env.step(action)
+            _, reward, *_, info = env.step(action)
             assert reward == 0.0, (task.id, action[:80])
+            graded = not info["trajectory_info"]["verifier"]["output"].startswith("not graded")
+            assert graded == (action == wreck), info["trajectory_info"]["verifier"]
+    env.unchanged_reward = None  # this instance only: the suite itself on the untouched tree
+    try:
+        env.reset(options={"task": env.tasks[0]})
+        _, reward, *_, info = env.step("")
+        assert reward == 0.0 and "NOT PASSING" in info["trajectory_info"]["verifier"]["output"]
+    finally:
+        del env.unchanged_reward
 
 
 def test_same_seed_same_task(env: RepoRepairEnv) -> None:
