@@ -85,8 +85,9 @@ def test_tiny_config_trains_two_steps(path, tmp_path):
     from agentrl.checkpoint import latest_checkpoint
     from agentrl.training.trainer import Trainer
 
-    cfg = load_config(path, ["learner.total_steps=2", "log.progress=false", "log.tensorboard=false",
-                             "model.warm_start.enabled=false"])
+    quick = ["learner.total_steps=2", "log.progress=false", "log.tensorboard=false", "model.warm_start.enabled=false"]
+    # the held-out evaluation, before and after, on at most 16 tasks (terminal_tiny's 100 run in workspaces)
+    cfg = load_config(path, [*quick, f"data.eval_tasks={min(load_config(path).data.eval_tasks, 16)}"])
     missing = [e for e in _env_ids(cfg) if e not in list_envs()]
     if missing:
         pytest.skip(f"not registered yet: {missing}")
