@@ -173,8 +173,9 @@ class WorkspaceEnv(TextEnv):
             self.session.spec = None  # the episode is over: a step now needs a reset first
             ws.close()
         if tree is not None:
-            verdict = self.grade(self.task, tree) if self.unchanged_reward is None or not _same(ws.initial, tree) \
-                else Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree")
+            unchanged = self.unchanged_reward is not None and not diff and _same(ws.initial, tree)
+            verdict = Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree") \
+                if unchanged else self.grade(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
                                "error": verdict.error},
@@ -193,7 +194,8 @@ class WorkspaceEnv(TextEnv):
 
 
 def _same(initial: Tree | None, final: Tree) -> bool:
-    """Whether the final tree is byte for byte the initial one (every file, link and directory)."""
+    """Whether the final tree is byte for byte the initial one (every file, link and directory; the
+    caller asks only when the diff, which skips caches and shell history, is empty)."""
     return initial is not None and (initial.data == final.data or initial.files() == final.files())
 
 
