@@ -57,13 +57,19 @@ def owner_id(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{boot}:{pid if pid is not None else os.getpid()}"
 
 
+def labelled_containers(client: Any) -> list[tuple[Any, dict]]:
+    """Every workspace container (any state) with its labels, from one listing: a sparse list, since a
+    full one inspects each container afterwards and fails on one that ends in between (they do)."""
+    found = client.containers.list(all=True, sparse=True, filters={"label": LABEL})
+    return [(c, c.attrs.get("Labels") or {}) for c in found]
+
+
 def reap_orphans(client: Any) -> int:
     """Remove workspace containers whose owner process (on this machine, this boot) is gone."""
     host_boot = owner_id().rsplit(":", 1)[0]
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
-        owner = c.labels.get(OWNER, "")
-        prefix, _, pid = owner.rpartition(":")
+    for c, labels in labelled_containers(client):
+        prefix, _, pid = labels.get(OWNER, "").rpartition(":")
         if prefix == host_boot and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             try:
                 c.remove(force=True)

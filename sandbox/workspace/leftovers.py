@@ -40,13 +40,12 @@ def workspace_containers(owner: int | None = None) -> list[str]:
     try:
         import docker
 
-        from .docker import OWNER, owner_id
-
         client = docker.from_env(timeout=10)
-        found = client.containers.list(all=True, filters={"label": "agentrl.workspace"})
-        return [c.id for c in found if owner is None or c.labels.get(OWNER) == owner_id(owner)]
-    except Exception:  # noqa: BLE001 - no daemon: no containers
+    except Exception:  # noqa: BLE001 - no daemon (or no docker package): no containers
         return []
+    from .docker import OWNER, labelled_containers, owner_id
+
+    return [c.id for c, labels in labelled_containers(client) if owner is None or labels.get(OWNER) == owner_id(owner)]
 
 
 def workspace_mounts() -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -220,3 +221,30 @@ def test_workspaces_run_side_by_side(backend):
     for t in threads:
         t.join()
     assert not errors and results == {k: f"{k}\nmine.txt\n" for k in range(4)}
+
+
+@pytest.mark.docker
+def test_a_dead_owners_containers_are_reaped_and_a_live_owners_kept():
+    """``reap_orphans`` removes the containers of an owner that is gone and keeps a live one's; it and
+    ``leftovers`` read the labels from one sparse listing (a full one inspects each container after the
+    listing and fails on a container that ends in between, as a killed owner's do)."""
+    _docker_or_skip()
+    from sandbox.workspace.docker import LABEL, OWNER, _client, labelled_containers, owner_id, reap_orphans
+    from sandbox.workspace.docker_base import build_base_image
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid of this host that no process has now
+    client = _client()
+    image = build_base_image(client)
+    orphan = client.containers.run(image, ["sleep", "600"], detach=True, auto_remove=True, network_mode="none",
+                                   labels={LABEL: "1", OWNER: owner_id(gone.pid)})
+    with open_workspace(WorkspaceSpec(), "docker") as ws:
+        labels = dict((c.id, lab) for c, lab in labelled_containers(client))
+        assert labels[orphan.id][OWNER] == owner_id(gone.pid) and labels[ws.container.id][OWNER] == owner_id()
+        assert leftovers(os.getpid())["containers"] == [ws.container.id]
+        assert reap_orphans(client) >= 1  # the dead owner's (another test's killed owner may have some too)
+        assert ws.exec("echo alive").output == "alive\n"
+    deadline = time.monotonic() + 30
+    while orphan.id in {c.id for c, _ in labelled_containers(client)}:
+        assert time.monotonic() < deadline, "the orphan was not removed"
+        time.sleep(0.1)

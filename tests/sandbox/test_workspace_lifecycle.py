@@ -63,7 +63,9 @@ OWNER = textwrap.dedent("""
     for k in range(int(sys.argv[1])):
         backend = "docker" if k < int(sys.argv[2]) else "local"
         ws = open_workspace(WorkspaceSpec(name=f"w{k}"), backend)
-        ws.exec("sleep 1000 & setsid sleep 1001 & (nohup sleep 1002 >/dev/null 2>&1 &)")
+        # a job, a daemon in a session of its own, a nohup'd orphan: each exists when exec returns (a bare
+        # `setsid cmd &` would fork again on its own time, so a count right after "ready" could miss it)
+        ws.exec("sleep 1000 & (setsid sleep 1001 &); (nohup sleep 1002 >/dev/null 2>&1 &)")
         spaces.append(ws)
     print("ready", flush=True)
     sys.stdin.read()
@@ -82,7 +84,7 @@ def test_a_sigkilled_owner_with_16_workspaces_leaves_nothing():
         during = leftovers(proc.pid)
         assert len({os.path.basename(c) for c in during["cgroups"]}) == 16 - n_docker
         assert len(during["containers"]) == n_docker
-        assert len(during["processes"]) >= 4 * (16 - n_docker)
+        assert len(during["processes"]) == 4 * (16 - n_docker)  # each local one: its shell and three sleeps
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
