@@ -89,8 +89,9 @@ def set_config_key(draw: Draw, d: int) -> Generated:
         cmds.append(f"echo '{add_key}={add_value}' >> settings.conf")
         asks.append(f"add the setting {add_key}={add_value} as a new last line")
     exact = " Change nothing else (comments included)." if d >= 2 else ""
-    return Generated(
-        instruction=f"settings.conf holds KEY=VALUE lines. {' and '.join(asks).capitalize()}.{exact}",
+    ask = " and ".join(asks)
+    return Generated(  # upper-case the first letter only: str.capitalize() would lower-case the key names
+        instruction=f"settings.conf holds KEY=VALUE lines. {ask[0].upper() + ask[1:]}.{exact}",
         files={"settings.conf": "\n".join(lines) + "\n"}, solution=tuple(cmds),
         checks=({"kind": "lines", "path": "settings.conf", "lines": want},))
 

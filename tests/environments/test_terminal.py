@@ -93,6 +93,17 @@ def test_difficulty_adds_files_and_steps() -> None:
     assert sizes[0] < sizes[2] < sizes[4], sizes
 
 
+def test_a_config_task_names_the_key_as_the_file_spells_it() -> None:
+    """The instruction keeps the key's case (str.capitalize() once turned "set LOG_LEVEL to warn" into
+    "Set log_level to warn", a key the file does not have)."""
+    for level in (1, 2, 3, 4):
+        for seed in range(8):
+            g = generate("set_config_key", level, seed)
+            keys = {c.split("'s/^")[1].split("=")[0] for c in g.solution if c.startswith("sed")}
+            keys |= {c.split("'")[1].split("=")[0] for c in g.solution if c.startswith("echo")}
+            assert keys and all(k in g.instruction for k in keys), (g.instruction, g.solution)
+
+
 def test_splits_are_disjoint() -> None:
     """A task (its instruction and its tree) is in one split only; at difficulty 1 an instruction recurs
     across splits with another tree (another answer), as an arithmetic template does with other numbers."""
