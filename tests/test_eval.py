@@ -169,3 +169,16 @@ def test_cli_eval_on_benchmark_slices_with_the_tiny_model(tmp_path):
     _, episodes = read_eval(tmp_path)  # the record of every sample behind the numbers (docs/trajectories.md)
     assert len(episodes) == 2 * 3 * len(envs) and {e.dataset for e in episodes} == set(envs)
     assert all(e.version == 2 and [s.role for s in e.segments] == ["prompt", "action"] for e in episodes)
+
+
+def test_model_tiny_overrides_a_config_that_names_another_model(tmp_path):
+    """`agentrl eval --config C --model tiny` evaluates the tiny model even when C names a real one (it
+    once evaluated C's model: the untrained-baseline figures of issue 30 were SmolLM2's twice)."""
+    from agentrl.config.loading import load_config
+    from agentrl.evaluation.command import run_eval
+
+    cfg = load_config(None, ["model.path=smollm2-135m-instruct", "env.id=agentrl/Arithmetic-v0",
+                             "eval.max_tasks=2", "rollout.max_new_tokens=4"])
+    report = run_eval(cfg, tmp_path, model_path="tiny")
+    assert "/models/tiny-" in report["model"] and "SmolLM2" not in report["model"]
+    assert report["overall"]["tasks"] == 2

@@ -75,7 +75,9 @@ def run_eval(cfg: Any, out_dir: str | Path | None, model_path: str | None = None
     primary = make_env(cfg)
     path = model_path or cfg.model.path
     out_dir = out_dir or default_out_dir(path)
-    path = resolve_model_path(cfg, primary) if path == "tiny" else path
+    if path == "tiny":  # --model tiny over a config naming another model: the tiny one, built for this env
+        cfg = replace(cfg, model=replace(cfg.model, path="tiny"))
+        path = resolve_model_path(cfg, primary)
     if (Path(path) / "checkpoints").is_dir():  # a run dir: its latest checkpoint
         path = str(latest_checkpoint(Path(path)) or path)
     if (Path(path) / "policy").is_dir():  # a training checkpoint dir
