@@ -45,7 +45,8 @@ def workspace_containers(owner: int | None = None) -> list[str]:
         return []
     from .docker import OWNER, labelled_containers, owner_id
 
-    return [c.id for c, labels in labelled_containers(client) if owner is None or labels.get(OWNER) == owner_id(owner)]
+    want = None if owner is None else owner_id(owner)  # its label (owner_id reads the boot id: once)
+    return [c.id for c, labels in labelled_containers(client) if want is None or labels.get(OWNER) == want]
 
 
 def workspace_mounts() -> list[str]:
