@@ -141,6 +141,18 @@ def test_reference_episodes_are_stitched_as_the_executor_stitches_turns(readme_g
     assert int(exp.action_mask.sum()) == sum(t.num_action_tokens for t in trajs)
 
 
+def test_a_reference_policy_of_several_turns_has_every_episode_played(readme_guess: Path) -> None:
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.training.warm_start import reference_examples
+
+    cfg, env, (model, tok) = _tiny_guess(["model.warm_start.check_episodes=2"])
+    tasks = [Task(f"guess-{n}", "Guess my number from 1 to 100.", n) for n in (1, 37, 50, 100, 7)]
+    lines: list[str] = []
+    examples = reference_examples(cfg, env, HFEngine(model, tok), tok, tasks, log=lines.append)
+    assert [t.task_id for t in examples] == [t.id for t in tasks] and all(isinstance(t, Trajectory) for t in examples)
+    assert len(lines) == 1 and lines[0].startswith("warm start: 5 reference episodes (")
+
+
 def test_warm_start_gives_up_when_dev_accuracy_stays_useless(tiny_arith) -> None:
     from agentrl.models import load_causal_lm, load_tokenizer
     from agentrl.training.supervised import train_sft

@@ -91,22 +91,60 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
     """What the warm start learns from. Single-turn: (prompt ids, reference answer ids + EOS) pairs.
     Multi-turn with a reference policy: its episodes, rolled out by the executor RL uses, so that actions
     and feedback have the token boundaries RL will see (feedback masked out of the loss); failed episodes
-    are left out. Multi-turn without one: the first turn's reference answer."""
+    are left out. When the first ``model.warm_start.check_episodes`` of them each end in one turn whose
+    action is exactly the env's reference answer (same prompt and action tokens), the rest are built as
+    (prompt, reference answer) pairs without being played. Multi-turn without one: the first turn's
+    reference answer."""
     executor = make_executor(cfg, env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1 else None
     if has_reference_policy(env) and hasattr(executor, "run_scripted"):
-        episodes = executor.run_scripted(tasks, lambda e: e.reference_action())
+        check = max(1, cfg.model.warm_start.check_episodes)
+        episodes = executor.run_scripted(tasks[:check], lambda e: e.reference_action())
         kept = [t for t in episodes if not t.info.get("failed")]
         if not kept:
             raise RuntimeError(f"every reference episode failed, e.g. {episodes[0].info.get('error')}")
+        rest = tasks[check:]
+        pairs = one_turn_pairs(cfg, env, tokenizer, tasks[:check], episodes) if rest else None
+        if pairs is None and rest:
+            episodes += executor.run_scripted(rest, lambda e: e.reference_action())
+            kept = [t for t in episodes if not t.info.get("failed")]
         turns = sum(t.info.get("turns", 0) for t in kept) / len(kept)
         log(f"warm start: {len(kept)} reference episodes ({turns:.1f} turns on average, mean return "
             f"{sum(t.reward for t in kept) / len(kept):.2f})")
-        return kept
+        if pairs is None:
+            return kept
+        fit = [p for p in (answer_pair(cfg, env, tokenizer, t) for t in rest)
+               if len(p[1]) <= cfg.rollout.max_new_tokens]
+        log(f"warm start: each ended in one turn with the env's reference answer, so {len(fit)} more examples are "
+            f"its reference answers, not played ({len(rest) - len(fit)} longer than rollout.max_new_tokens left out)")
+        return pairs + fit
     if getattr(env, "max_turns", 1) > 1:
         log("warm start: the env has no reference policy (reference_action); learning the first turn only")
-    eos = [tokenizer.eos_token_id]
-    return [(encode_prompt(tokenizer, t.prompt, cfg.rollout.chat_template),
-             tokenizer(env.reference_answer(t), add_special_tokens=False)["input_ids"] + eos) for t in tasks]
+    return [answer_pair(cfg, env, tokenizer, t) for t in tasks]
+
+
+def answer_pair(cfg: RunConfig, env: TextEnv, tokenizer: Any, task: Task) -> tuple[list[int], list[int]]:
+    """(prompt ids, reference answer ids + EOS) of ``task``."""
+    answer = tokenizer(env.reference_answer(task), add_special_tokens=False)["input_ids"]
+    return encode_prompt(tokenizer, task.prompt, cfg.rollout.chat_template), answer + [tokenizer.eos_token_id]
+
+
+def one_turn_pairs(cfg: RunConfig, env: TextEnv, tokenizer: Any, tasks: list[Task], episodes: list[Any]
+                   ) -> list[tuple[list[int], list[int]]] | None:
+    """The played reference ``episodes`` of ``tasks`` as (prompt, action) pairs when every one succeeded in
+    one turn whose tokens are its task's :func:`answer_pair` (else None: the reference policy needs playing)."""
+    out = []
+    for task, ep in zip(tasks, episodes):
+        if ep.info.get("failed") or ep.info.get("turns") != 1 or not ep.reward > 0 or ep.resets:
+            return None
+        try:
+            pair = answer_pair(cfg, env, tokenizer, task)
+        except Exception:  # noqa: BLE001 - no usable reference_answer: play every episode
+            return None
+        if ([s.is_action for s in ep.segments] != [True] or list(ep.prompt_ids) != pair[0]
+                or list(ep.segments[0].token_ids) != pair[1]):
+            return None
+        out.append(pair)
+    return out
 
 
 def reference_problem(env: TextEnv, seed: int, probes: int = 3, tokenizer: Any = None,

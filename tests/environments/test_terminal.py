@@ -153,3 +153,30 @@ def test_reference_action_is_the_oracle_then_submit(env: TerminalEnv) -> None:
     first = env.reference_action()
     assert first == env.reference_answer(env.task) and first.count("<tool_call>") >= 2
     assert '"submit"' in first
+
+
+def test_the_warm_start_plays_a_few_reference_episodes_and_reads_the_rest_from_answers(tiny_arith) -> None:
+    """Terminal-v0's oracle ends every episode in one turn with its reference answer: after the checked
+    episodes the warm start's examples are (prompt, answer) pairs, the very tokens playing them gives."""
+    from agentrl.config import load_config
+    from agentrl.env import fixed_tasks
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import make_env, make_executor
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.training.warm_start import reference_examples
+
+    cfg = load_config("examples/configs/terminal_tiny.yaml", ["model.warm_start.check_episodes=4",
+                                                                 "rollout.max_new_tokens=400"])  # a byte-level tokenizer
+    env = make_env(cfg)
+    model, tok = load_policy(cfg, tiny_arith[0])
+    engine, tasks, lines = HFEngine(model, tok), fixed_tasks(env, 12, 5), []
+    try:
+        examples = reference_examples(cfg, env, engine, tok, tasks, log=lines.append)
+        played = make_executor(cfg, env, engine, tok).run_scripted(tasks, lambda e: e.reference_action())
+    finally:
+        env.close()
+    assert lines == ["warm start: 4 reference episodes (1.0 turns on average, mean return 1.00)",
+                     "warm start: each ended in one turn with the env's reference answer, so 8 more examples are "
+                     "its reference answers, not played (0 longer than rollout.max_new_tokens left out)"]
+    assert [(p, r) for p, r in examples] == [(t.prompt_ids, t.segments[0].token_ids) for t in played]
+    assert all(t.reward == 1.0 and len(t.segments) == 1 for t in played)
