@@ -150,6 +150,7 @@ def test_a_reference_policy_of_several_turns_has_every_episode_played(readme_gue
     lines: list[str] = []
     examples = reference_examples(cfg, env, HFEngine(model, tok), tok, tasks, log=lines.append)
     assert [t.task_id for t in examples] == [t.id for t in tasks] and all(isinstance(t, Trajectory) for t in examples)
+    assert [t.group_id for t in examples] == list(range(5))
     assert len(lines) == 1 and lines[0].startswith("warm start: 5 reference episodes (")
 
 

@@ -105,7 +105,7 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
         rest = tasks[check:]
         pairs = one_turn_pairs(cfg, env, tokenizer, tasks[:check], episodes) if rest else None
         if pairs is None and rest:
-            episodes += executor.run_scripted(rest, lambda e: e.reference_action())
+            episodes += executor.run_scripted(rest, lambda e: e.reference_action(), first_group=check)
             kept = [t for t in episodes if not t.info.get("failed")]
         turns = sum(t.info.get("turns", 0) for t in kept) / len(kept)
         log(f"warm start: {len(kept)} reference episodes ({turns:.1f} turns on average, mean return "

@@ -207,20 +207,20 @@ class MultiTurnExecutor:
                     ready.append(e)
         return [self._trajectory(e) for e in episodes]
 
-    def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str], chunk: int = 256
-                     ) -> list[Trajectory]:
+    def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str], chunk: int = 256,
+                     first_group: int = 0) -> list[Trajectory]:
         """One episode per task whose actions are ``act(env)`` (a scripted policy, e.g. the env's
         ``reference_action``), stitched as :meth:`run` stitches the engine's (the action's tokens and
         the EOS, cut at the turn's budget as a generated turn would be, then the feedback's tokens) under
         the same context policy; a compaction request is answered by the env's ``reference_summary()``
         when it has one, else by ``act``. An ``act`` that raises fails its episode. At most ``chunk``
         episodes are open at once (a warm start's thousands of episodes would otherwise each hold a
-        workspace until the last one's first step is done)."""
+        workspace until the last one's first step is done). Group ids count from ``first_group``."""
         self._script = act
         try:
             out: list[Trajectory] = []
             for i in range(0, len(tasks), chunk):
-                out += self.run(tasks[i:i + chunk], group_offset=i, n_samples=1)
+                out += self.run(tasks[i:i + chunk], group_offset=first_group + i, n_samples=1)
             return out
         finally:
             self._script = None
