@@ -99,14 +99,13 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
     if has_reference_policy(env) and hasattr(executor, "run_scripted"):
         check = max(1, cfg.model.warm_start.check_episodes)
         episodes = executor.run_scripted(tasks[:check], lambda e: e.reference_action())
-        kept = [t for t in episodes if not t.info.get("failed")]
-        if not kept:
+        if all(t.info.get("failed") for t in episodes):
             raise RuntimeError(f"every reference episode failed, e.g. {episodes[0].info.get('error')}")
         rest = tasks[check:]
         pairs = one_turn_pairs(cfg, env, tokenizer, tasks[:check], episodes) if rest else None
-        if pairs is None and rest:
+        if pairs is None:  # the reference policy needs playing: every episode is
             episodes += executor.run_scripted(rest, lambda e: e.reference_action(), first_group=check)
-            kept = [t for t in episodes if not t.info.get("failed")]
+        kept = [t for t in episodes if not t.info.get("failed")]
         turns = sum(t.info.get("turns", 0) for t in kept) / len(kept)
         log(f"warm start: {len(kept)} reference episodes ({turns:.1f} turns on average, mean return "
             f"{sum(t.reward for t in kept) / len(kept):.2f})")
