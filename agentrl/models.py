@@ -8,11 +8,13 @@ learnable. It is saved as a normal Hugging Face directory that ``transformers`` 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +110,8 @@ def convert_gguf(gguf: str | Path) -> Path:
     if (out / "config.json").exists():
         return out
     quiet_library_output()
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    with _no_gguf_progress_bar():
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     config = loaded.config.to_dict()
     config.pop("quantization_config", None)
@@ -120,6 +123,22 @@ def convert_gguf(gguf: str | Path) -> Path:
     plain.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     return publish(tmp, out)
+
+
+@contextlib.contextmanager
+def _no_gguf_progress_bar() -> Iterator[None]:
+    """transformers' GGUF reader draws its own ``tqdm.auto`` bar, which its progress-bar switch does not
+    reach ("Converting and de-quantizing GGUF tensors..."): drawn disabled while a conversion runs."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
 
 
 def resolve_model_source(path: str | Path) -> str:

@@ -111,10 +111,12 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
             f"{sum(t.reward for t in kept) / len(kept):.2f})")
         if pairs is None:
             return kept
-        fit = [p for p in (answer_pair(cfg, env, tokenizer, t) for t in rest)
-               if len(p[1]) <= cfg.rollout.max_new_tokens]
+        read = [answer_pair(cfg, env, tokenizer, t) for t in rest]
+        short = [p for p in read if len(p[1]) <= cfg.rollout.max_new_tokens]
+        fit = [p for p in short if executor.context.fits(len(p[0]), 0)]  # as a played episode's first turn
         log(f"warm start: each ended in one turn with the env's reference answer, so {len(fit)} more examples are "
-            f"its reference answers, not played ({len(rest) - len(fit)} longer than rollout.max_new_tokens left out)")
+            f"its reference answers, not played ({len(read) - len(short)} longer than rollout.max_new_tokens, "
+            f"{len(short) - len(fit)} with a prompt that leaves no room for a turn left out)")
         return pairs + fit
     if getattr(env, "max_turns", 1) > 1:
         log("warm start: the env has no reference policy (reference_action); learning the first turn only")

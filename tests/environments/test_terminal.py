@@ -177,6 +177,39 @@ def test_the_warm_start_plays_a_few_reference_episodes_and_reads_the_rest_from_a
         env.close()
     assert lines == ["warm start: 4 reference episodes (1.0 turns on average, mean return 1.00)",
                      "warm start: each ended in one turn with the env's reference answer, so 8 more examples are "
-                     "its reference answers, not played (0 longer than rollout.max_new_tokens left out)"]
+                     "its reference answers, not played (0 longer than rollout.max_new_tokens, 0 with a prompt that "
+                     "leaves no room for a turn left out)"]
     assert [(p, r) for p, r in examples] == [(t.prompt_ids, t.segments[0].token_ids) for t in played]
     assert all(t.reward == 1.0 and len(t.segments) == 1 for t in played)
+
+
+def test_answers_read_without_playing_leave_out_the_prompts_a_played_episode_could_not_start(tiny_arith) -> None:
+    """A context that holds the checked tasks' prompts and a turn but not every later prompt: the pairs read
+    from reference answers are the played episodes that did not fail (no example is longer than the context)."""
+    from agentrl.config import load_config
+    from agentrl.env import fixed_tasks
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import make_env, make_executor
+    from agentrl.rollout.engines.hf import HFEngine
+    from agentrl.rollout.executors.single_turn import encode_prompt
+    from agentrl.training.warm_start import reference_examples
+
+    base = ["model.warm_start.check_episodes=4", "rollout.max_new_tokens=400"]
+    env = make_env(load_config("examples/configs/terminal_tiny.yaml", base))
+    model, tok = load_policy(load_config("examples/configs/terminal_tiny.yaml", base), tiny_arith[0])
+    tasks = sorted(fixed_tasks(env, 16, 5), key=lambda t: len(encode_prompt(tok, t.prompt, True)))
+    lengths = [len(encode_prompt(tok, t.prompt, True)) for t in tasks]
+    limit = lengths[7] + 400  # the 8 shortest prompts leave room for a turn; the longer ones do not
+    assert lengths[8] > lengths[7], lengths
+    cfg = load_config("examples/configs/terminal_tiny.yaml", [*base, f"rollout.context.max_tokens={limit}"])
+    engine, lines = HFEngine(model, tok), []
+    try:
+        examples = reference_examples(cfg, env, engine, tok, tasks, log=lines.append)
+        played = make_executor(cfg, env, engine, tok).run_scripted(tasks, lambda e: e.reference_action())
+    finally:
+        env.close()
+    started = [t for t in played if not t.info.get("failed")]
+    assert len(started) == 8 and lines[-1].endswith("(0 longer than rollout.max_new_tokens, "
+                                                    "8 with a prompt that leaves no room for a turn left out)")
+    assert [(p, r) for p, r in examples] == [(t.prompt_ids, t.segments[0].token_ids) for t in started]
+    assert max(len(p) + len(r) for p, r in examples) <= limit

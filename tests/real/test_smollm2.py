@@ -4,6 +4,7 @@ template, one SFT and one DPO step, checkpoints that reload."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,23 @@ def test_chat_stitching_properties_hold_with_smollm2s_own_tokenizer(smollm2):
             messages += [{"role": "assistant", "content": _generated(tok, ids, finish)},
                          {"role": env.feedback_role, "content": obs}]
         _check(tok, traj.prompt_ids + [t for s in traj.segments for t in s.token_ids], messages, turns[-1][0])
+
+
+def test_converting_the_gguf_file_draws_no_progress_bar_and_gives_the_cached_weights(smollm2, tmp_path, monkeypatch,
+                                                                                      capfd):
+    """A second conversion into an empty cache: no "Converting and de-quantizing" bar on the terminal
+    (transformers draws it with tqdm.auto, past its own progress-bar switch) and the same weights."""
+    from safetensors.torch import load_file
+
+    from agentrl.models import ALIASES, alias_gguf, convert_gguf
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
+    capfd.readouterr()
+    out = convert_gguf(alias_gguf(next(iter(ALIASES))))
+    printed = "".join(capfd.readouterr())
+    assert out.is_relative_to(tmp_path) and (out / "config.json").is_file()
+    assert "de-quantizing" not in printed and "%|" not in printed, printed[-500:]
+    fresh, cached = load_file(out / "model.safetensors"), load_file(Path(smollm2) / "model.safetensors")
+    assert fresh.keys() == cached.keys() and all(torch.equal(fresh[k], cached[k]) for k in fresh)
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    assert not isinstance(gguf_utils.tqdm, functools.partial)  # the library's bar is given back
