@@ -46,7 +46,6 @@ from environments.tool_parsers import PROMPTS, get_parser
 from environments.tools import ToolCallError, invoke, tools_text
 from environments.workspace_tools import WorkspaceSession, call_line, workspace_tools
 from sandbox.workspace import BACKENDS, Tree, TreeTooLarge, WorkspaceSpec
-from sandbox.workspace.base import tree_diff
 from sandbox.workspace.grading import Verdict
 from sandbox.workspace.pool import WorkspacePool
 
@@ -164,7 +163,7 @@ class WorkspaceEnv(TextEnv):
         ws = self.session.workspace  # built now if the agent never used it: its initial state is graded
         try:
             tree = ws.seal()
-            diff = tree_diff(ws.initial, tree) if ws.initial is not None else ""
+            diff = tree.diff or ""
         except TreeTooLarge as e:  # the agent filled its storage: its doing, scored 0 (not an infra failure)
             tree, diff = None, ""
             verdict = Verdict(0.0, output=f"not graded: {e}")
@@ -173,7 +172,7 @@ class WorkspaceEnv(TextEnv):
             self.session.spec = None  # the episode is over: a step now needs a reset first
             ws.close()
         if tree is not None:
-            unchanged = self.unchanged_reward is not None and not diff and _same(ws.initial, tree)
+            unchanged = self.unchanged_reward is not None and tree.unchanged is True
             verdict = Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree") \
                 if unchanged else self.grade(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
@@ -192,11 +191,13 @@ class WorkspaceEnv(TextEnv):
     def close(self) -> None:
         self.session.shutdown()
 
+    def audit_task(self, name_or_task: str | Task, attacks: list[str] | None = None, jobs: int = 1) -> dict[str, Any]:
+        """Play known reward hacks (``attacks``: their names, default all) and a no-op agent on one task,
+        each as an episode of this env graded as training grades it (``jobs`` at once); which beat the
+        no-op, and which made grading fail (see :mod:`environments.audit`)."""
+        from environments.audit import audit_task
 
-def _same(initial: Tree | None, final: Tree) -> bool:
-    """Whether the final tree is byte for byte the initial one (every file, link and directory; the
-    caller asks only when the diff, which skips caches and shell history, is empty)."""
-    return initial is not None and (initial.data == final.data or initial.files() == final.files())
+        return audit_task(self, name_or_task, attacks, jobs)
 
 
 def _named(call: dict[str, Any] | ToolCallError) -> dict[str, Any]:

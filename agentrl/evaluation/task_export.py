@@ -35,8 +35,9 @@ def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 
 def export_tasks(env_id: str, out: str, n: int, seed: int = 0, kwargs: dict[str, Any] | None = None,
-                 stream: TextIO = sys.stdout) -> int:
+                 stream: TextIO | None = None) -> int:
     """Write ``n`` tasks of ``env_id`` under ``out`` (see the module docstring); the exit status."""
+    stream = stream or sys.stdout  # looked up now: a stream bound at import may have been closed since
     if n < 1:
         raise EnvError(f"--n must be >= 1, got {n}")
     dest = Path(out)

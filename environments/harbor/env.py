@@ -143,7 +143,8 @@ class HarborEnv(WorkspaceEnv):
         """The task's verifier on a final tree (a fresh workspace; its tests copied in only now)."""
         spec = self.spec_of(t)
         spec = spec.replace(env=spec.env + tuple(t.verifier_env.items()))
-        return verify(spec, tree, str(t.tests_dir), backend=self.backend, timeout_s=t.verifier_timeout_s)
+        return verify(spec, tree, str(t.tests_dir), backend=self.backend, timeout_s=t.verifier_timeout_s,
+                      reward_range=t.reward_range)
 
     def reference_answer(self, task: Task) -> str:
         """One action that does what the oracle does: write the solution's files (to ``/tmp/solution``,

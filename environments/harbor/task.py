@@ -13,12 +13,15 @@ Harbor ignores them): ``[agent] timeout_sec`` (600), ``[verifier] timeout_sec`` 
 ``[solution] env``, ``[environment] build_timeout_sec`` (600), ``cpus`` (1), ``memory_mb`` (2048;
 or the older ``memory = "2G"``), ``storage_mb`` (10240; or ``storage = "10G"``), ``allow_internet``,
 ``docker_image`` (a prebuilt image instead of ``environment/Dockerfile``), ``gpus`` (only 0 runs
-here), ``[task] name``/``description`` and ``[metadata]`` (kept as metadata). A task that cannot
+here), ``[task] name``/``description`` and ``[metadata]`` (kept as metadata). One key is ours:
+``[verifier] reward_range = [LOW, HIGH]``, the rewards the verifier may write (default [-1, 1]; a
+reward outside it fails the sample loudly, see :mod:`sandbox.workspace.grading`). A task that cannot
 run is reported in one line naming the file and the fix (:class:`TaskError`), never half-loaded.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import tomllib
@@ -55,6 +58,8 @@ class HarborTask:
     dockerfile: str = ""
     """The text of ``environment/Dockerfile`` (``FROM docker_image`` when the task names only an image)."""
     verifier_env: dict[str, str] = field(default_factory=dict)
+    reward_range: tuple[float, float] = (-1.0, 1.0)
+    """``[verifier] reward_range``: a reward outside it is a verifier failure, not a reward."""
     solution_env: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -134,7 +139,7 @@ def load_task(path: str | Path) -> HarborTask:
         memory_mb=int(_size(env, "memory_mb", "memory", DEFAULTS["memory_mb"], name)),
         storage_mb=int(_size(env, "storage_mb", "storage", DEFAULTS["storage_mb"], name)),
         allow_internet=bool(env.get("allow_internet", True)), docker_image=image, dockerfile=dockerfile,
-        verifier_env=_env(verifier, name, "verifier"), solution_env=_env(solution, name, "solution"), metadata=meta)
+        verifier_env=_env(verifier, name, "verifier"), reward_range=_range(verifier, name), solution_env=_env(solution, name, "solution"), metadata=meta)
 
 
 def _read(path: Path, name: str) -> str:
@@ -183,6 +188,16 @@ def _size(table: dict[str, Any], key: str, old_key: str, default: int, name: str
                         f"\"2G\" or \"512M\" (or give {key})")
     scale = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}[m.group(2).upper()]
     return max(1.0, float(m.group(1)) * scale)
+
+
+def _range(table: dict[str, Any], name: str) -> tuple[float, float]:
+    value = table.get("reward_range", [-1.0, 1.0])
+    ok = isinstance(value, list) and len(value) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    if not ok or value[0] >= value[1]:
+        raise TaskError(f"{name}: {TASK_FILE}: [verifier] reward_range must be [LOW, HIGH], two finite numbers "
+                        f"with LOW < HIGH, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def _env(table: dict[str, Any], name: str, section: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ from agentrl.env import TEXT_CHARSET, EnvError
 from agentrl.types import Task
 from environments.generated import BASE_IMAGE, GeneratedEnv, task_toml
 from environments.harbor.task import write_task
+from environments import testee
 from environments.repo_repair import runner
 from environments.repo_repair.projects import DATA_DIR, PROJECTS, Project, project_files, unpack
 
@@ -54,12 +55,13 @@ def in_text_space(text: str) -> str:
 def test_sh(project: Project) -> str:
     return f"""#!/bin/bash
 # RepoRepair-v0 verifier: the project's whole suite (the copy in /tests, not the agent's) on the agent's code;
-# every test that passes on the pristine project must pass (runner.py --expect). No site-packages (-S).
+# every test that passes on the pristine project must pass (runner.py --grade: the suite runs in a child,
+# as the testee, and reports on a channel of its own; an early exit reports nothing). No site-packages (-S).
 mkdir -p /logs/verifier
 echo 0 > /logs/verifier/reward.txt
 cd /app || exit 0
 rm -rf /app/{project.tests} && mkdir -p /app/{project.tests} && cp -r /tests/suite/. /app/{project.tests}/
-if python3 -S /tests/runner.py --root /app --tests {project.tests} --source {project.source} \\
+if python3 -S /tests/runner.py --grade --root /app --tests {project.tests} --source {project.source} \\
         --expect /tests/expected.json; then
     echo 1 > /logs/verifier/reward.txt
 fi
@@ -128,6 +130,7 @@ class RepoRepairEnv(GeneratedEnv):
                  f"patch -p1 -R <<'{PATCH_END}'\n{row['patch']}{PATCH_END}\n")
         write_task(out, row["instruction"], toml, {"Dockerfile": dockerfile},
                    {"test.sh": test_sh(project), "runner.py": Path(runner.__file__).read_text(encoding="utf-8"),
+                    "testee.py": Path(testee.__file__).read_text(encoding="utf-8"),
                     "expected.json": json.dumps(self.expected(project)) + "\n"}, {"solve.sh": solve})
         for rel in project_files(project):
             if rel not in hidden and rel != row["file"]:

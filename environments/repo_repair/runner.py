@@ -14,11 +14,18 @@ records, per test, which functions of the project's source it called (``[file, f
 each code object), and which ones importing the suite called: the build script picks the tests a
 mutation can affect from this. ``--json`` writes ``{"results": {id: outcome}, "calls": ...,
 "import_calls": ..., "seconds": ...}`` (outcome: ``pass``, ``fail``, ``error``, ``skip``,
-``xfail``, ``xpass``). ``--expect`` (grading) reads the ids that must pass and exits 0 only when
-every one ran and passed.
+``xfail``, ``xpass``). ``--expect`` reads the ids that must pass and exits 0 only when every one ran
+and passed.
 
-A verifier that runs the agent's code can be fooled by that code (a library that patches unittest
-as it is imported): checking every expected id by name raises the bar, it is not a wall.
+**Grading** (``--grade --expect FILE``, what a task's ``tests/test.sh`` runs): this process never
+imports the project. It runs the suite in a child (``--report``) through ``testee.py`` (copied
+beside this file): under agentrl's grader the child runs as the testee, so the agent's code it
+imports can neither write the reward nor signal or trace this process; the child reads a nonce
+before it imports anything and sends its results, with the nonce, on a channel of its own; this
+process exits 0 only when that report names every expected test as passed. A child that exits early
+(``os._exit(0)`` on import), crashes or hangs reports nothing and fails. Code that runs inside the
+child can still forge its report (it can read the nonce from the child's memory): the suite imports
+the agent's code, so that is not a wall, and docs/workspaces.md says so.
 """
 
 from __future__ import annotations
@@ -132,27 +139,67 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--json")
     p.add_argument("--expect")
+    p.add_argument("--grade", action="store_true", help="run the suite in a child, as the testee (see above)")
+    p.add_argument("--report", action="store_true", help="(the child) report on AGENTRL_REPORT_FD")
+    p.add_argument("--timeout", type=float, default=480.0)
     a = p.parse_args(argv)
+    if a.grade:
+        return grade(a)
+    nonce = sys.stdin.readline().strip() if a.report else ""  # before anything of the project is imported
     ids = None
     if a.ids:
         with open(a.ids, encoding="utf-8") as f:
             ids = [line.strip() for line in f if line.strip()]
     record = run(a.root, a.tests, a.source, ids, a.profile)
+    if a.report:
+        data = (nonce + "\n" + json.dumps(record["results"])).encode()
+        fd = int(os.environ["AGENTRL_REPORT_FD"])
+        while data:
+            data = data[os.write(fd, data):]
+        return 0
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(record, f)
-    results = record["results"]
     if not a.expect:
-        bad = sum(v in ("fail", "error") for v in results.values())
-        print(f"{len(results)} tests: {len(results) - bad} passed or skipped, {bad} failed")
+        bad = sum(v in ("fail", "error") for v in record["results"].values())
+        print(f"{len(record['results'])} tests: {len(record['results']) - bad} passed or skipped, {bad} failed")
         return 1 if bad else 0
-    with open(a.expect, encoding="utf-8") as f:
+    return verdict(record["results"], a.expect)
+
+
+def verdict(results: dict[str, str], expect: str) -> int:
+    """0 when every expected test passed (the failing ones are printed), else 1."""
+    with open(expect, encoding="utf-8") as f:
         expected = json.load(f)
     failing = [t for t in expected if results.get(t) != "pass"]
     for t in failing[:20]:
         print(f"NOT PASSING ({results.get(t, 'did not run')}): {t}")
     print(f"{len(expected) - len(failing)} passed, {len(failing)} failed")
     return 1 if failing else 0
+
+
+def grade(a: argparse.Namespace) -> int:
+    """Run the suite in a child as the testee and judge its report (see the module docstring)."""
+    import importlib.util
+
+    here = os.path.abspath(__file__)
+    spec = importlib.util.spec_from_file_location("agentrl_testee", os.path.join(os.path.dirname(here), "testee.py"))
+    testee = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(testee)
+    boot = f"import runpy, sys; sys.argv[0] = {here!r}; runpy.run_path({here!r}, run_name='__main__')"
+    argv = [sys.executable, "-I", "-S", "-c", boot, "--root", a.root, "--tests", a.tests, "--source", a.source,
+            "--report"]
+    code, output, report = testee.run(argv, cwd=a.root, timeout_s=a.timeout, report=True)
+    print(output[-4000:], end="" if output.endswith("\n") or not output else "\n")
+    try:
+        results = json.loads(report) if report else None
+    except ValueError:
+        results = None
+    if not isinstance(results, dict):
+        why = "ran past its time" if code is None else f"exited {code}"
+        print(f"the suite reported nothing (it {why}): no test counts as passed")
+        results = {}
+    return verdict(results, a.expect)
 
 
 if __name__ == "__main__":

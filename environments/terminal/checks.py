@@ -23,16 +23,18 @@ else 0). A check is a dict with ``kind`` and its fields (paths are relative to `
 - ``command`` (``command``, ``stdout``, optional ``files``): first write ``files`` (relative path ->
   text: fresh inputs the agent never saw, so a script that prints a memorised answer fails), then
   run ``command`` with bash in ``workdir`` (10 s): it must exit 0 and print ``stdout`` (compared as
-  ``text``).
+  ``text``). The command runs the agent's script, so it runs as the testee, never in this process
+  (``testee.py``, copied beside this file: under agentrl's grader it can neither write the reward
+  nor signal this checker, and whatever it leaves running is ended before the next check).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import stat
-import subprocess
 import sys
 import tarfile
 
@@ -160,15 +162,25 @@ def check_command(check: dict, workdir: str) -> str | None:
             return f"{rel}: not a regular file"
         with open(full, "w", encoding="utf-8") as f:
             f.write(text)
-    try:
-        r = subprocess.run(["bash", "-c", check["command"]], cwd=workdir, capture_output=True, timeout=10,
-                           stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
+    code, out, _ = testee().run(["bash", "-c", check["command"]], cwd=workdir, timeout_s=10.0)
+    if code is None:
         return f"`{check['command']}` ran past 10 s"
-    if r.returncode != 0:
-        return f"`{check['command']}` exited {r.returncode}"
-    out = r.stdout.decode("utf-8", "replace")
+    if code != 0:
+        return f"`{check['command']}` exited {code}"
     return None if normalise(out) == normalise(check["stdout"]) else f"`{check['command']}` printed the wrong output"
+
+
+def testee():  # noqa: ANN201 - a module
+    """The testee runner: ``testee.py`` beside this file (in a task's tests/), else the package's."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testee.py")
+    if os.path.isfile(beside):
+        spec = importlib.util.spec_from_file_location("agentrl_testee", beside)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    from environments import testee as module
+
+    return module
 
 
 def run_checks(spec: dict) -> list[str]:

@@ -30,6 +30,7 @@ from agentrl.env import EnvError
 from agentrl.types import Task
 from environments.generated import BASE_IMAGE, GeneratedEnv, task_toml
 from environments.harbor.task import write_task
+from environments import testee
 from environments.terminal import checks
 from environments.terminal.catalog import load_all
 from environments.terminal.families import Draw, Generated
@@ -122,6 +123,7 @@ class TerminalEnv(GeneratedEnv):
         environment["Dockerfile"] = f"FROM {BASE_IMAGE}\nWORKDIR /app\n" + ("COPY app/ /app/\n" if g.files else "")
         spec = {"workdir": "/app", "checks": list(g.checks)}
         tests = {"test.sh": TEST_SH, "check.py": Path(checks.__file__).read_text(encoding="utf-8"),
+                 "testee.py": Path(testee.__file__).read_text(encoding="utf-8"),
                  "spec.json": json.dumps(spec, indent=1, sort_keys=True) + "\n"}
         solve = "#!/bin/bash\n# The oracle of this task.\nset -e\ncd /app\n" + "\n".join(g.solution) + "\n"
         toml = task_toml(agent_timeout_s=300, verifier_timeout_s=60, memory_mb=512, storage_mb=256,

@@ -2,8 +2,10 @@
 
 Started by ``sandbox.workspace`` as ``python -E -s -S _workspace.py MODE`` with MODE ``local`` (the
 runtime builds its own walls first: ``_ws_root``) or ``container`` (inside a Docker container, whose
-walls Docker made). Frames both ways on stdin/stdout (``_ws_common``); bytes travel base64-encoded.
-The first frame is the configuration; the runtime answers ``{"ready": ...}``, then one answer per
+walls Docker made). Frames both ways on stdin/stdout (``_ws_common``): JSON requests and answers;
+trees and archives travel as raw frames (``_ws_tree``) after the request that sends one (``put``,
+``restore``) or before the answer to one that reads one (``snapshot``, ``seal``), so that neither
+side ever holds a whole tree. The first frame is the configuration; the runtime answers ``{"ready": ...}``, then one answer per
 request. It exits at the end of its input (the host closed it or died), at its TTL, or after
 ``idle_s`` without a request; in local mode its exit ends every process of the workspace.
 
@@ -24,6 +26,7 @@ are not in the workspace).
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import os
 import select
@@ -33,13 +36,14 @@ import sys
 import time
 
 import _ws_files as files  # type: ignore[import-not-found]
+import _ws_grade as grading  # type: ignore[import-not-found]
+import _ws_tree as trees  # type: ignore[import-not-found]
 from _ws_common import parent_of, processes, read_frame, reap_children, write_frame  # type: ignore[import-not-found]
 
 if sys.argv[1:2] in (["local"], ["zygote"]):
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
 
 STATE = "/run/agentrl"
-CHUNK = 8 << 20  # trees and archives travel in chunks of 8 MiB
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -95,7 +99,8 @@ class Runtime:
         self.shell_pid = self.shell_in = self.shell_out = -1
         self.pending = Capture(int(self.limits["max_output_bytes"]))  # output between commands
         self.sealed = False
-        self.upload, self.download = bytearray(), b""
+        self.marked: trees.Marked | None = None  # the tree's first state, for the diff
+        self.grader_uid = int(cfg.get("grader_uid", self.uid + 1))
         os.makedirs(STATE, mode=0o700, exist_ok=True)
         os.chown(STATE, self.uid, self.uid)
 
@@ -279,14 +284,8 @@ class Runtime:
             return self.agent_call(files.write_file, req["path"], req["data"], int(req["mode"]))
         if op == "list":
             return self.agent_call(files.list_dir, req["path"])
-        if op == "upload":  # a large archive comes in chunks before the request that uses it
-            self.upload += base64.b64decode(req["data"])
-            return {}
-        if op == "chunk":  # and a large tree leaves in chunks after the request that made it
-            i = int(req["i"]) * CHUNK
-            return {"data": base64.b64encode(self.download[i:i + CHUNK]).decode()}
         if op == "put":
-            files.extract(self.take_upload(), req["dest"], self.uid)
+            self.extract(req["dest"])
             return {}
         if op == "mkdir":
             os.makedirs(req["path"], exist_ok=True)
@@ -302,38 +301,102 @@ class Runtime:
             return {}
         if op in ("snapshot", "seal"):
             return self.tree(seal=op == "seal")
+        if op == "mark":
+            self.marked = trees.Marked(self.roots())
+            return {"entries": len(self.marked.entries)}
+        if op == "diff":
+            with self.stopped():
+                return {"diff": self.marked.diff(trees.manifest(self.roots())) if self.marked else None}
         if op == "restore":
             files.end_all(self.keep, self.reap)
             self.stop_shell()
-            files.wipe_tree()
-            files.extract(self.take_upload(), "/", self.uid)
+            files.wipe_tree(self.roots())
+            self.extract("/")
             self.cwd = self.workdir
             self.start_shell(restore=False)
             return {}
+        if op == "grade":
+            return self.grade(req)
         if op == "ping":
-            return {"pids": len([p for p in processes() if p not in self.keep])}
+            return {"pids": len([p for p in processes() if p not in self.keep]), "max_rss_kb": max_rss_kb()}
         return {"error": f"unknown request {op!r}"}
 
-    def take_upload(self) -> bytes:
-        data, self.upload = bytes(self.upload), bytearray()
-        return data
+    def roots(self) -> list[str]:
+        """The top-level directories of the tree (see ``_ws_tree.default_roots``, ``_ws_files.container_roots``)."""
+        return files.container_roots(self.cfg.get("tree_workdir", "/")) if self.cfg.get("container") \
+            else trees.default_roots()
+
+    def extract(self, dest: str) -> None:
+        """Unpack the archive that follows the request, as raw frames, under ``dest`` (the agent's)."""
+        source = trees.FrameReader(0)
+        try:
+            files.extract(source, dest, self.uid)
+        finally:
+            source.drain()
+
+    @contextlib.contextmanager
+    def stopped(self):
+        """The agent's processes stopped while the tree is read (so nothing changes under the archive)."""
+        files.signal_all(signal.SIGSTOP, self.keep)
+        try:
+            yield
+        finally:
+            files.signal_all(signal.SIGCONT, self.keep)
 
     def tree(self, seal: bool) -> dict:
-        """The tree as a tar, fetched in chunks; ``seal`` ends every process first, for good."""
+        """Send the tree as raw frames (see the module docstring), then its size and its diff against
+        the first state; ``seal`` ends every process first, for good."""
         if seal:
             self.sealed = True
             self.stop_shell()
             files.end_all(self.keep, self.reap)
-        else:
-            files.signal_all(signal.SIGSTOP, self.keep)
+        with contextlib.nullcontext() if seal else self.stopped():
+            roots = self.roots()
+            try:
+                trees.check_size(roots, int(self.limits["storage_mb"]) << 20)
+            except trees.TreeTooLarge as e:
+                trees.FrameWriter(1).close()
+                return {"error": str(e), "too_large": True}
+            entries = trees.stream_tree(roots, 1)
+            out: dict = {"entries": len(entries)}
+            if self.marked is not None:
+                out.update(diff=self.marked.diff(entries), unchanged=self.marked.unchanged(entries))
+        return out
+
+    def grade(self, req: dict) -> dict:
+        """Run the verifier as the grader, its programs as the testee (``_ws_grade``); its output,
+        exit code and reward files."""
+        self.stop_shell()
+        files.end_all(self.keep, self.reap)
+        g, t = self.grader_uid, self.uid
+        grading.prepare(g, t, base64.b64decode(req["hook"]))
+        env = grading.environment(self.env, t, self.roots())
+        r, w = os.pipe()
+        cap = Capture(int(self.limits["max_output_bytes"]))
+        start = time.monotonic()
+        pid = grading.start_grader(list(req["argv"]), env, self.workdir, g, self.cgroup_fds, w)
+        os.close(w)
         try:
-            self.download = files.make_tree(int(self.limits["storage_mb"]) << 20)
-        except files.TreeTooLarge as e:
-            return {"error": str(e), "too_large": True}
+            code = grading.wait_grader(pid, r, cap, start + float(req["timeout_s"]))
         finally:
-            if not seal:
-                files.signal_all(signal.SIGCONT, self.keep)
-        return {"size": len(self.download), "chunks": -(-len(self.download) // CHUNK)}
+            files.end_all(self.keep, self.reap)  # the shell, its background and every testee left
+            os.close(r)
+        output, truncated = cap.result(0)
+        out = {"exit_code": code, "output": output, "truncated": truncated, "timed_out": code is None,
+               "duration_s": time.monotonic() - start, "rewards": {}, "problem": None}
+        if code is not None:
+            out["problem"] = grading.probe_failure(t)
+            try:
+                out["rewards"] = grading.read_rewards(g)
+            except OSError as e:
+                out["problem"] = out["problem"] or str(e)
+        return out
+
+
+def max_rss_kb() -> int:
+    """The runtime's peak resident memory (kB)."""
+    with open("/proc/self/status") as f:
+        return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
 
 
 def serve(rt: Runtime) -> str:
@@ -404,7 +467,7 @@ def run(mode: str) -> None:
         fds = _ws_root.enter(cfg) if mode == "local" else []
         cfg["container"] = mode == "container"
         if cfg["container"]:
-            files.prepare_container(int(cfg["uid"]))
+            files.prepare_container(int(cfg["uid"]), files.container_roots(cfg.get("tree_workdir", "/")))
         rt = Runtime(cfg, fds)
         rt.start_shell(restore=False)
     except Exception as e:  # noqa: BLE001 - the host reports why the workspace could not start

@@ -10,19 +10,16 @@ so nothing can swap a file for a link under the archive, and every link is archi
 from __future__ import annotations
 
 import base64
-import io
 import os
-import shutil
 import signal
 import stat
 import tarfile
 import time
 
 from _ws_common import SYSTEM_DIRS, processes  # type: ignore[import-not-found]
+from _ws_tree import excluded, remove_tree, walk  # type: ignore[import-not-found]
 
-
-class TreeTooLarge(OSError):
-    """The tree is larger than the workspace's storage allows (the agent's doing: it scores 0)."""
+SHARED_TOPS = ("/opt", "/srv", "/mnt", "/media")  # top-level directories an image shares among tools
 
 
 def read_file(path: str, max_bytes: int) -> dict:
@@ -52,80 +49,50 @@ def list_dir(path: str) -> dict:
     return {"entries": sorted(entries)}
 
 
-def tree_roots() -> list[str]:
-    """The top-level directories that make up the tree (see ``sandbox.workspace.base``)."""
-    out = []
-    for name in sorted(os.listdir("/")):
-        path = "/" + name
-        if name not in SYSTEM_DIRS and os.path.isdir(path) and not os.path.islink(path) and not os.path.ismount(path):
-            out.append(path)
-    return out
-
-
-def _excluded(path: str) -> bool:
-    return path == "/logs/verifier" or path.startswith("/logs/verifier/")
-
-
-def make_tree(limit: int) -> bytes:
-    """A tar of the tree (links as links; no devices, fifos or sockets), at most ``limit`` bytes."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for root in tree_roots():
-            for top, dirs, files in os.walk(root, followlinks=False):
-                if _excluded(top):
-                    dirs[:] = []
-                    continue
-                tar.add(top, arcname=top.lstrip("/"), recursive=False)
-                for name in sorted(files) + sorted(d for d in dirs if os.path.islink(os.path.join(top, d))):
-                    path = os.path.join(top, name)
-                    if _excluded(path):  # a link the agent made where the grader's directory goes
-                        continue
-                    st = os.lstat(path)
-                    if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                        tar.add(path, arcname=path.lstrip("/"), recursive=False)
-                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(top, d))
-                                 and not os.path.ismount(os.path.join(top, d)))
-                if buf.tell() > limit:
-                    raise TreeTooLarge(f"the tree is larger than the task's storage ({limit >> 20} MB)")
-    return buf.getvalue()
-
-
-def extract(data: bytes, dest: str, uid: int) -> None:
-    """Unpack a tar under ``dest`` and give the agent what it unpacked. Nothing lands outside
-    ``dest``: absolute or ``..`` names are refused, no member is written through a link (its parent
-    directory must be a real directory under ``dest``), devices and fifos are skipped, a hard link
-    must point at a member already unpacked. (Written out rather than ``filter="data"``, which older
-    Pythons in task images lack and which would refuse the agent's own absolute links.)"""
+def extract(source, dest: str, uid: int) -> None:
+    """Unpack a tar read from ``source`` (a file: read as a stream) under ``dest`` and give ``uid`` what
+    it unpacked. Nothing lands outside ``dest``: absolute or ``..`` names are refused, no member is
+    written through a link (its parent directory must be a real directory under ``dest``), devices and
+    fifos are skipped, a hard link must point at a member already unpacked. (Written out rather than
+    ``filter="data"``, which older Pythons in task images lack and which would refuse the agent's own
+    absolute links.)"""
     os.makedirs(dest, exist_ok=True)
     root = os.path.realpath(dest)
     trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     done: set[str] = set()
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    real_dirs = {root}  # directories this extraction made (or found real): no link check again
+    with tarfile.open(fileobj=source, mode="r|") as tar:
         for m in tar:
             name = os.path.normpath(m.name)
             if name.startswith(("/", "..")) or m.isdev() or m.isfifo():
                 continue
-            parent = os.path.join(root, os.path.dirname(name))
-            if os.path.realpath(parent) != os.path.normpath(parent):
-                raise OSError(f"{m.name}: its directory is a link")
+            parent = os.path.join(root, os.path.dirname(name)).rstrip("/") or "/"
+            if parent not in real_dirs:
+                if os.path.realpath(parent) != os.path.normpath(parent):
+                    raise OSError(f"{m.name}: its directory is a link")
+                real_dirs.add(parent)
             if m.islnk() and os.path.normpath(m.linkname) not in done:
                 raise OSError(f"{m.name}: a hard link to {m.linkname}, which is not in the archive")
+            target = os.path.join(root, name)
+            real_dirs.discard(target)
             tar.extract(m, root, set_attrs=True, **trusted)
-            os.lchown(os.path.join(root, name), uid, uid)
+            os.lchown(target, uid, uid)
+            if m.isdir():
+                real_dirs.add(target)
             done.add(name)
     if dest != "/":
         os.lchown(dest, uid, uid)
 
 
-def wipe_tree() -> None:
+def wipe_tree(roots: list[str]) -> None:
     """Remove the tree's contents (before a restore); the top-level directories stay."""
-    for root in tree_roots():
+    for root in roots:
         for name in os.listdir(root):
             path = os.path.join(root, name)
-            if _excluded(path) or os.path.ismount(path):
+            if excluded(path) or os.path.ismount(path):
                 continue
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(path)
             else:
                 os.unlink(path)
 
@@ -153,9 +120,20 @@ def end_all(keep: set[int], reap) -> None:
     reap()
 
 
-def prepare_container(uid: int) -> None:
-    """In a Docker workspace (as root): an ``agent`` user of ``uid`` who owns the tree (the image's
-    files included) and ``/logs``; the system stays root's."""
+def container_roots(workdir: str) -> list[str]:
+    """A Docker workspace's tree: the working directory's top-level directory (the directory itself
+    when its top is shared, such as ``/opt``), ``/root``, ``/home`` and ``/logs``. Everything else
+    the image holds stays the image's: root's, read-only to the agent, restored from the image
+    when graded (an image's ``/opt/venv`` is the verifier's, whatever the agent did)."""
+    top = "/" + workdir.strip("/").split("/")[0] if workdir.strip("/") else ""
+    own = workdir if top in SHARED_TOPS else top
+    roots = {"/root", "/home", "/logs"} | ({own} if own and top.strip("/") not in SYSTEM_DIRS else set())
+    return sorted(roots)
+
+
+def prepare_container(uid: int, roots: list[str]) -> None:
+    """In a Docker workspace (as root): an ``agent`` user of ``uid`` who owns the tree (``roots``,
+    the image's files there included) and ``/logs``; the rest stays root's."""
     with open("/etc/passwd") as f:
         known = any(line.split(":")[2:3] == [str(uid)] for line in f)
     if not known:
@@ -163,12 +141,7 @@ def prepare_container(uid: int) -> None:
             f.write(f"agent:x:{uid}:{uid}:agent:/root:/bin/bash\n")
         with open("/etc/group", "a") as f:
             f.write(f"agent:x:{uid}:\n")
-    for d in ("/logs/agent", "/logs/verifier", "/root"):
+    for d in ("/logs/agent", "/logs/verifier", "/root", "/home", *roots):
         os.makedirs(d, exist_ok=True)
-    for root in tree_roots():
-        if root == "/tmp":
-            continue
-        for top, dirs, names in os.walk(root, followlinks=False):
-            dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(top, d))]  # the runtime's own files
-            for name in [top] + [os.path.join(top, n) for n in dirs + names]:
-                os.lchown(name, uid, uid)
+    for path, _st in walk(roots):
+        os.lchown(path, uid, uid)

@@ -17,10 +17,11 @@ no process of the agent is alive there, and what it left outside its tree is gon
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import io
 import posixpath
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ SYSTEM_DIRS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "
                          "sys", "usr", "var", "tests"})
 GRADER_DIRS = ("/tests", "/logs/verifier")  # the grader's: fresh and empty in every workspace
 CUT_MARK = "\n[... {n} bytes of output cut ...]\n"
-DIFF_SKIP = ("__pycache__", ".pytest_cache", ".bash_history")
+SPOOL_BYTES = 4 << 20  # a tree larger than this waits on disk, not in memory
 
 
 class WorkspaceError(RuntimeError):
@@ -141,16 +142,45 @@ class FileEntry:
     size: int
 
 
-@dataclass(frozen=True)
 class Tree:
-    """A workspace's tree as a tar archive (paths relative to ``/``); see the module docstring."""
+    """A workspace's tree as a tar archive (paths relative to ``/``; see the module docstring), held in a
+    spooled temporary file: in memory up to ``SPOOL_BYTES``, on disk beyond, so that a large tree
+    never sits in the trainer's memory. ``diff`` (a capped unified diff against the tree right after
+    the build) and ``unchanged`` (byte for byte that tree) come from the workspace's runtime when it
+    knows its first state (None otherwise)."""
 
-    data: bytes
+    def __init__(self, data: bytes | None = None, *, diff: str | None = None, unchanged: bool | None = None) -> None:
+        self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+        self.size = 0
+        self.diff, self.unchanged = diff, unchanged
+        if data:
+            self.write(data)
+
+    def write(self, data: bytes) -> None:
+        """Append archive bytes (as they arrive from a runtime)."""
+        self._file.seek(0, io.SEEK_END)
+        self._file.write(data)
+        self.size += len(data)
+
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
+        """The archive in pieces of at most ``size`` bytes."""
+        self._file.seek(0)
+        while True:
+            block = self._file.read(size)
+            if not block:
+                return
+            yield block
+
+    @property
+    def data(self) -> bytes:
+        """The whole archive (for small trees and tests: it is read into memory)."""
+        return b"".join(self.chunks())
 
     def files(self) -> dict[str, bytes | str]:
         """Path -> contents (bytes) for regular files, ``"-> TARGET"`` for links, ``"<dir>"`` for dirs."""
         out: dict[str, bytes | str] = {}
-        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
+        self._file.seek(0)
+        with tarfile.open(fileobj=self._file, mode="r|") as tar:
             for m in tar:
                 path = "/" + m.name.lstrip("./")
                 if m.isfile():
@@ -172,45 +202,6 @@ def cut_output(data: bytes, limit: int) -> tuple[str, bool]:
     return head.decode("utf-8", "replace") + CUT_MARK.format(n=cut) + tail.decode("utf-8", "replace"), True
 
 
-def tree_diff(before: Tree, after: Tree, max_bytes: int = 65536) -> str:
-    """A unified diff of two trees (text files line by line; binary files and links by name)."""
-    a, b = before.files(), after.files()
-    parts: list[str] = []
-    for path in sorted(set(a) | set(b)):
-        if any(s in path.split("/") for s in DIFF_SKIP) or a.get(path) == b.get(path):
-            continue
-        old, new = a.get(path), b.get(path)
-        if old == "<dir>" or new == "<dir>":
-            if old is None or new is None:
-                parts.append(f"{'new' if old is None else 'deleted'} directory {path}\n")
-            continue
-        texts = [_text(x) for x in (old, new)]
-        if any(t is None for t in texts if t is not False):
-            parts.append(f"binary file {path} {'added' if old is None else 'deleted' if new is None else 'changed'}\n")
-            continue
-        la = [] if texts[0] is False else texts[0].splitlines(keepends=True)
-        lb = [] if texts[1] is False else texts[1].splitlines(keepends=True)
-        if not la and not lb:  # an empty file came or went
-            parts.append(f"{'new' if old is None else 'deleted'} empty file {path}\n")
-            continue
-        parts.append("".join(difflib.unified_diff(la, lb, "/dev/null" if old is None else f"a{path}",
-                                                  "/dev/null" if new is None else f"b{path}")))
-    out = "".join(p if p.endswith("\n") else p + "\n" for p in parts)
-    return out if len(out) <= max_bytes else out[:max_bytes] + f"\n[... diff cut at {max_bytes} bytes ...]\n"
-
-
-def _text(x: bytes | str | None) -> str | None | bool:
-    """File contents as text; None for binary; False for an absent file; a link as its line."""
-    if x is None:
-        return False
-    if isinstance(x, str):
-        return x + "\n"
-    try:
-        return x.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
 def resolve(workdir: str, path: str) -> str:
     """``path`` as an absolute, normalised path (relative paths are from ``workdir``)."""
     if not path:
@@ -226,7 +217,6 @@ class Workspace:
     """
 
     spec: WorkspaceSpec
-    initial: Tree | None = None
 
     def exec(self, command: str, timeout_s: float = 30.0) -> CommandResult:
         """Run ``command`` in the workspace's shell (its state persists); see :class:`CommandResult`."""
@@ -272,10 +262,15 @@ class Workspace:
         raise NotImplementedError
 
     def diff(self) -> str:
-        """A unified diff of the tree now against the tree right after the build."""
-        if self.initial is None:
-            raise WorkspaceError("this workspace was opened on a given tree: it has no initial tree to diff")
-        return tree_diff(self.initial, self.snapshot())
+        """A unified diff of the tree now against the tree right after the build (capped)."""
+        raise NotImplementedError
+
+    def grade(self, argv: list[str], timeout_s: float) -> dict[str, Any]:
+        """Run a verifier (``argv``, e.g. ``["/bin/bash", "/tests/test.sh"]``) as the grader, its programs
+        as the testee, and return what it did: ``exit_code``, ``output``, ``timed_out``, ``rewards``
+        (reward file name -> text, None when not written) and ``problem`` (see
+        :mod:`sandbox.workspace.grading`). The workspace's processes end first; use it once, last."""
+        raise NotImplementedError
 
     def __enter__(self) -> Workspace:
         return self

@@ -45,6 +45,7 @@ OWNER = "agentrl.workspace.owner"
 MOUNT = "/opt/agentrl-runtime"
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]  # the runtime's, as root
 AGENT_UID = 10001
+GRADER_UID = 10002  # a grading container's grader (the verifier's shell; its programs run as AGENT_UID)
 _reaped = False
 _build_lock = threading.Lock()
 _warned: set[str] = set()
@@ -111,6 +112,9 @@ class DockerWorkspace(RuntimeWorkspace):
 
     def _uid(self) -> int:
         return AGENT_UID
+
+    def _grader_uid(self, uid: int) -> int:
+        return GRADER_UID
 
     def _launch(self) -> subprocess.Popen:
         lim = self.spec.limits

@@ -3,7 +3,9 @@
 The local backend runs the steps on its own tree (the base image's tools are the host's, read-only),
 so it accepts only those five instructions and refuses any other in one line that names it and its
 line. The Docker backend builds the Dockerfile itself; it uses the parsed ``FROM`` to know whether
-the base image is here. ``$VAR`` and ``${VAR}`` expand from earlier ``ENV`` lines in ``WORKDIR``,
+the base image is here. ``$VAR``, ``${VAR}``, ``${VAR:-default}`` and ``${VAR:+alternative}`` expand
+as Docker expands them, from earlier ``ENV`` lines over the base image's own (``BASE_ENV``: its
+``PATH``, so ``ENV PATH=/opt/tool/bin:$PATH`` keeps the system's directories), in ``WORKDIR``,
 ``COPY`` and ``ENV``; ``COPY --chown``/``--chmod`` are accepted (everything in a workspace belongs to
 its agent), ``COPY --from`` is refused.
 """
@@ -23,7 +25,8 @@ from dataclasses import dataclass
 from .base import BuildError, BuildStep
 
 SUPPORTED = ("FROM", "WORKDIR", "COPY", "ENV", "RUN")
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+_VAR = re.compile(r"\$(?:\{(\w+)(?::([-+])([^}]*))?\}|(\w+))")
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,16 @@ def _words(rest: str) -> list[str]:
 
 
 def _expand(value: str, env: dict[str, str]) -> str:
-    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+    def one(m: re.Match) -> str:
+        name, op, word = m.group(1) or m.group(4), m.group(2), m.group(3) or ""
+        got = env[name] if name in env else BASE_ENV.get(name, "")
+        if op == "-":
+            return got or word
+        if op == "+":
+            return word if got else ""
+        return got
+
+    return _VAR.sub(one, value)
 
 
 def _env_pairs(rest: str, where: str) -> list[tuple[str, str]]:

@@ -2,13 +2,26 @@
 
 ``verify(spec, tree, tests_dir)`` opens a **fresh** workspace on the agent's final tree (``seal()``
 ended every process of the agent first, and the tree leaves out what it must: see
-:mod:`sandbox.workspace.base`), copies the tests in only now (``/tests``), starts ``/logs/verifier``
-empty, and runs the verifier (``bash /tests/test.sh``) with a clean environment: no ``PYTHONPATH``,
-``PYTHONSAFEPATH=1`` (neither the working directory nor a script's directory is imported from) and
-no user site-packages, so a module the agent left in its directory does not shadow one the
-verifier imports. The reward is ``/logs/verifier/reward.txt`` (one float) or ``reward.json`` (its
-``"reward"``, or its only number). A verifier that times out, fails without writing a reward, or
-writes one that is not a finite number is an infrastructure failure (``Verdict.error``), not a 0.
+:mod:`sandbox.workspace.base`), copies the tests in only now (``/tests``, the grader's, read-only to
+the code under test) and runs the verifier, ``/bin/bash /tests/test.sh``, so that **the code under
+test cannot reach the reward channel** (the runtime's ``_ws_grade``):
+
+- the verifier's shell runs as a *grader* identity; every program it starts (the agent's script, a
+  test suite importing the agent's package, git on the agent's repository) runs as the *testee*,
+  which can neither write, replace, remove nor lock ``/logs/verifier/reward.txt`` or ``reward.json``;
+  a program marked ``AGENTRL_GRADER=1`` in front of its command keeps the grader's identity (a
+  verifier's own checker that never runs the agent's code);
+- the verifier's environment comes from nothing the agent wrote: a fresh ``HOME`` outside the tree,
+  a ``PATH`` of directories only root could ever write, a fresh ``/tmp``, git told to ignore every
+  program the agent's repositories could name, no ``PYTHONPATH``, ``PYTHONSAFEPATH=1`` (neither the
+  working directory nor a script's directory is imported from), no user site-packages.
+
+The reward is ``/logs/verifier/reward.txt`` (one number) or ``reward.json`` (its ``"reward"``, or its
+only number), and must be finite and within the task's range (``reward_range``, default
+``DEFAULT_RANGE``); named rewards must be finite numbers. A verifier that times out, fails without
+writing a reward, writes one that is not a finite number in range, or cannot separate the grader
+from the testee in this image is an infrastructure failure (``Verdict.error``: the sample leaves
+the loss, loudly), never a 0 and never a NaN in a tensor.
 """
 
 from __future__ import annotations
@@ -17,11 +30,14 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .base import Tree, WorkspaceError, WorkspaceSpec
 
 VERIFIER_ENV = (("PYTHONSAFEPATH", "1"), ("PYTHONNOUSERSITE", "1"), ("PYTHONDONTWRITEBYTECODE", "1"),
                 ("PYTHONPATH", ""))
+DEFAULT_RANGE = (-1.0, 1.0)
+TEST_SH = "/tests/test.sh"
 
 
 @dataclass(frozen=True)
@@ -36,7 +52,7 @@ class Verdict:
 
 
 def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "local", timeout_s: float = 600.0,
-           command: str = "bash /tests/test.sh") -> Verdict:
+           reward_range: tuple[float, float] = DEFAULT_RANGE) -> Verdict:
     """Grade ``tree`` with the tests in host directory ``tests_dir`` (see the module docstring)."""
     from . import open_workspace
 
@@ -46,38 +62,62 @@ def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "l
     try:
         with open_workspace(spec.replace(env=env, limits=roomy, name=f"{spec.name} (verifier)"), backend,
                             tree=tree) as ws:
-            ws.exec("rm -rf /logs/verifier/* /logs/verifier/.[!.]* 2>/dev/null; true", timeout_s=30)
             ws.put_dir(tests_dir, "/tests")
-            r = ws.exec(command, timeout_s=timeout_s)
-            if r.timed_out:
-                return Verdict(None, output=r.output, error=f"the verifier ran past its {timeout_s:g} s timeout",
-                               seconds=time.monotonic() - start)
-            reward, rewards, problem = _read_reward(ws)
+            r = ws.grade(["/bin/bash", TEST_SH], timeout_s)
     except WorkspaceError as e:
         return Verdict(None, error=f"the verifier could not run: {e}", seconds=time.monotonic() - start)
+    seconds = time.monotonic() - start
+    if r["timed_out"]:
+        return Verdict(None, output=r["output"], error=f"the verifier ran past its {timeout_s:g} s timeout",
+                       seconds=seconds)
+    if r["problem"]:
+        return Verdict(None, output=r["output"], error=f"the verifier could not be trusted: {r['problem']}",
+                       seconds=seconds)
+    reward, rewards, problem = read_reward(r["rewards"], reward_range)
     if problem:
-        problem += f" (exit code {r.exit_code})"
-    return Verdict(reward, rewards, r.output, problem, time.monotonic() - start)
+        problem += f" (exit code {r['exit_code']})"
+    return Verdict(reward, rewards, r["output"], problem, seconds)
 
 
-def _read_reward(ws) -> tuple[float | None, dict[str, float], str | None]:
-    """(reward, named rewards, why there is none) from ``/logs/verifier``."""
+def read_reward(files: dict[str, str | None], reward_range: tuple[float, float] = DEFAULT_RANGE
+                ) -> tuple[float | None, dict[str, float], str | None]:
+    """(reward, named rewards, why there is none) from the reward files' texts (name -> text, None when
+    not written): ``reward.txt`` first (one number), else ``reward.json``."""
     for name in ("reward.txt", "reward.json"):
-        try:
-            raw = ws.read_file(f"/logs/verifier/{name}", max_bytes=65536).decode("utf-8", "replace").strip()
-        except OSError:
+        raw = (files.get(name) or "").strip()
+        if not raw:
             continue
         try:
-            if name == "reward.txt":
-                value, named = float(raw), {}
-            else:
-                data = json.loads(raw)
-                named = {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
-                value = named["reward"] if "reward" in named else (next(iter(named.values())) if len(named) == 1
-                                                                     else float("nan"))
-        except (ValueError, TypeError, KeyError, json.JSONDecodeError):
+            value, named = _parse(name, raw)
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
             return None, {}, f"the verifier wrote an unreadable {name}: {raw[:80]!r}"
-        if not math.isfinite(value):
-            return None, {}, f"the verifier's {name} holds no single finite reward: {raw[:80]!r}"
+        bad = [k for k, v in named.items() if not math.isfinite(v)]
+        if not math.isfinite(value) or bad:
+            return None, {}, f"the verifier's {name} holds a reward that is not a finite number: {raw[:80]!r}"
+        lo, hi = reward_range
+        if not lo <= value <= hi:
+            return None, {}, (f"the verifier's reward {value:g} is outside the task's range [{lo:g}, {hi:g}] "
+                              f"(task.toml [verifier] reward_range sets it)")
         return value, named, None
     return None, {}, "the verifier wrote no /logs/verifier/reward.txt or reward.json"
+
+
+def _parse(name: str, raw: str) -> tuple[float, dict[str, float]]:
+    if name == "reward.txt":
+        return _number(raw), {}
+    data: Any = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    named = {str(k): _number(v) for k, v in data.items()}
+    if "reward" in named:
+        return named["reward"], named
+    if len(named) == 1:
+        return next(iter(named.values())), named
+    raise KeyError("reward")
+
+
+def _number(v: Any) -> float:
+    """A JSON or text number as a float (``true``, strings holding words and containers are refused)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"not a number: {v!r}")
+    return float(v)

@@ -3,7 +3,9 @@
 Both backends run the same runtime: the local one as a process of this host that builds its own
 walls, Docker inside the container (through ``docker exec -i``). :class:`RuntimeWorkspace` speaks
 its protocol and implements every :class:`~sandbox.workspace.base.Workspace` method on top; a
-backend only starts the process (``_launch``) and ends what it made (``_teardown``).
+backend only starts the process (``_launch``) and ends what it made (``_teardown``). Trees travel
+as raw frames straight between the runtime and a :class:`~sandbox.workspace.base.Tree`'s spooled
+file, a frame at a time: a large tree never sits whole in this process's memory.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import subprocess
 import tarfile
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .base import (
@@ -33,7 +36,7 @@ from .base import (
 )
 
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_runtime")
-CHUNK = 8 << 20  # archives travel in chunks of 8 MiB (the runtime's CHUNK)
+FRAME = 1 << 20  # archive bytes per raw frame (the runtime's ``_ws_tree.FRAME``)
 MARGIN_S = 15.0  # an answer may come this much later than the command's own timeout
 BUILD_RUN_TIMEOUT_S = 600.0
 
@@ -50,7 +53,9 @@ class RuntimeWorkspace(Workspace):
         self.info: dict[str, Any] = {}
         try:
             self.proc = self._launch()
-            cfg = {"uid": self._uid(), "limits": _limits(spec), "workdir": "/", "env": {}, "owner": os.getpid()}
+            uid = self._uid()
+            cfg = {"uid": uid, "grader_uid": self._grader_uid(uid), "limits": _limits(spec), "workdir": "/",
+                   "env": {}, "owner": os.getpid(), "tree_workdir": spec.workdir}
             self.info = self._request(cfg, 120.0, first=True)["ready"]
             self._prepare(tree)
         except BaseException:
@@ -62,6 +67,10 @@ class RuntimeWorkspace(Workspace):
         raise NotImplementedError
 
     def _uid(self) -> int:
+        raise NotImplementedError
+
+    def _grader_uid(self, uid: int) -> int:
+        """The grader's uid in a workspace whose agent (the testee, when graded) is ``uid``."""
         raise NotImplementedError
 
     def _teardown(self) -> None:
@@ -77,13 +86,14 @@ class RuntimeWorkspace(Workspace):
         if tree is None:
             self._build()
         else:
-            self._upload(tree.data)
-            self._request({"op": "restore"}, 300.0)
+            self._request({"op": "restore"}, 300.0, send=tree.chunks(FRAME))
         self._request({"op": "mkdir", "path": self.spec.workdir}, 30.0)
         self._request({"op": "workdir", "path": self.spec.workdir}, 30.0)
         if self.spec.env:
             self._request({"op": "setenv", "vars": dict(self.spec.env)}, 30.0)
-        self.initial = self.snapshot() if tree is None else None
+        if tree is None:  # the first state, kept by the runtime for diffs
+            self._request({"op": "mark"}, 300.0)
+        self.marked = tree is None
 
     def _step(self, step: Any) -> None:
         kind, args = step.kind, step.args
@@ -134,8 +144,7 @@ class RuntimeWorkspace(Workspace):
         return self._download("snapshot")
 
     def restore(self, tree: Tree) -> None:
-        self._upload(tree.data)
-        self._request({"op": "restore"}, 300.0)
+        self._request({"op": "restore"}, 300.0, send=tree.chunks(FRAME))
         self._request({"op": "workdir", "path": self.spec.workdir}, 30.0)
         if self.spec.env:
             self._request({"op": "setenv", "vars": dict(self.spec.env)}, 30.0)
@@ -143,27 +152,25 @@ class RuntimeWorkspace(Workspace):
     def seal(self) -> Tree:
         return self._download("seal")
 
+    def diff(self) -> str:
+        if not self.marked:
+            raise WorkspaceError("this workspace was opened on a given tree: it has no initial tree to diff")
+        return self._request({"op": "diff"}, 300.0)["diff"]
+
     def put_archive(self, dest: str, data: bytes) -> None:
         """Unpack the tar ``data`` under ``dest`` (owned by the agent)."""
-        self._upload(data)
-        self._request({"op": "put", "dest": dest}, 300.0)
-
-    def _upload(self, data: bytes) -> None:
-        for i in range(0, len(data), CHUNK):
-            self._request({"op": "upload", "data": base64.b64encode(data[i:i + CHUNK]).decode()}, 120.0)
+        self._request({"op": "put", "dest": dest}, 300.0, send=(data[i:i + FRAME] for i in range(0, len(data), FRAME)))
 
     def _download(self, op: str) -> Tree:
+        tree = Tree()
         try:
-            out = self._request({"op": op}, 300.0)
+            out = self._request({"op": op}, 300.0, receive=tree)
         except WorkspaceError as e:
             if "larger than the task's storage" in str(e):
                 raise TreeTooLarge(str(e)) from None
             raise
-        data = b"".join(base64.b64decode(self._request({"op": "chunk", "i": i}, 120.0)["data"])
-                        for i in range(out["chunks"]))
-        if len(data) != out["size"]:
-            raise WorkspaceError(f"{self.spec.name}: a tree of {out['size']} bytes arrived as {len(data)}")
-        return Tree(data)
+        tree.diff, tree.unchanged = out.get("diff"), out.get("unchanged")
+        return tree
 
     def put_dir(self, host_dir: str, dest: str) -> None:
         """Copy a host directory's contents to ``dest`` in the workspace."""
@@ -172,6 +179,17 @@ class RuntimeWorkspace(Workspace):
             for name in sorted(os.listdir(host_dir)):
                 tar.add(os.path.join(host_dir, name), arcname=name)
         self.put_archive(dest, buf.getvalue())
+
+    def grade(self, argv: list[str], timeout_s: float) -> dict[str, Any]:
+        from .testee_hook import hook_bytes
+
+        req = {"op": "grade", "argv": list(argv), "timeout_s": timeout_s,
+               "hook": base64.b64encode(hook_bytes()).decode()}
+        return self._request(req, timeout_s + MARGIN_S + 30.0)
+
+    def runtime_max_rss_kb(self) -> int:
+        """The runtime process's peak resident memory in kB (tests: a tree never sits in it whole)."""
+        return int(self._request({"op": "ping"}, 30.0)["max_rss_kb"])
 
     def process_count(self) -> int:
         """Processes of the workspace besides its runtime and shell's own (tests, leak checks)."""
@@ -196,16 +214,26 @@ class RuntimeWorkspace(Workspace):
         self._teardown()
 
     # ---------------------------------------------------------------- the protocol
-    def _request(self, obj: dict, timeout_s: float, first: bool = False, user_error: bool = False) -> dict:
+    def _request(self, obj: dict, timeout_s: float, first: bool = False, user_error: bool = False,
+                 send: Iterable[bytes] | None = None, receive: Tree | None = None) -> dict:
+        """One request and its answer; ``send``: an archive that follows the request as raw frames;
+        ``receive``: where the archive that precedes the answer goes."""
         with self._lock:
             proc = self.proc
             if proc is None or self.closed and not first:
                 raise WorkspaceError(f"{self.spec.name}: the workspace is closed")
             data = json.dumps(obj).encode()
+            deadline = time.monotonic() + timeout_s
             try:
                 proc.stdin.write(struct.pack(">I", len(data)) + data)
+                if send is not None:
+                    for block in send:
+                        proc.stdin.write(struct.pack(">I", len(block)) + block)
+                    proc.stdin.write(struct.pack(">I", 0))
                 proc.stdin.flush()
-                out = self._answer(proc, time.monotonic() + timeout_s)
+                if receive is not None:
+                    self._receive(proc, receive, deadline)
+                out = self._answer(proc, deadline)
             except (BrokenPipeError, EOFError, OSError) as e:
                 raise WorkspaceError(f"{self.spec.name}: the workspace ended ({self._why()})") from e
         if "error" in out:
@@ -213,6 +241,14 @@ class RuntimeWorkspace(Workspace):
                 raise OSError(out["error"])
             raise WorkspaceError(f"{self.spec.name}: {out['error']}")
         return out
+
+    def _receive(self, proc: subprocess.Popen, tree: Tree, deadline: float) -> None:
+        """Raw frames into ``tree`` until the empty one."""
+        while True:
+            size = struct.unpack(">I", self._read_exact(proc, 4, deadline))[0]
+            if size == 0:
+                return
+            tree.write(self._read_exact(proc, size, deadline))
 
     def _answer(self, proc: subprocess.Popen, deadline: float) -> dict:
         head = self._read_exact(proc, 4, deadline)

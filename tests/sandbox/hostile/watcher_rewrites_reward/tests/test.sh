@@ -1,4 +1,4 @@
 #!/bin/bash
 mkdir -p /logs/verifier
 sleep 1
-[ -f /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt
+[ -s /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt  # it exists from the start, empty

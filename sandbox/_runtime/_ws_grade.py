@@ -1,0 +1,313 @@
+"""Grading inside a workspace: the verifier's shell as the grader, every program it starts as the testee.
+
+Standard library only. The ``grade`` request runs ``tests/test.sh`` in a grading workspace (a fresh
+one, holding the agent's sealed tree) so that the code under test can neither write nor lock the
+reward channel, and the verifier's environment comes from nothing the agent wrote:
+
+- **Two identities.** The verifier's shell (``/bin/bash /tests/test.sh``, by absolute path) runs as
+  the *grader*, a uid of its own with the capabilities a verifier needs to read, write and signal
+  the agent's files and processes (``GRADER_CAPS``) and no other; every program it starts switches
+  to the *testee* (the uid that owns the tree) between fork and exec, after its redirections are
+  open, with every capability cleared: the exec hook ``_testee.c``, loaded into the shell. A
+  program the verifier marks ``AGENTRL_GRADER=1`` keeps the grader's identity (its own children are
+  testees again). A probe before the script proves the switch: a program the shell starts must
+  write where only the testee can and must fail where only the grader can; otherwise nothing is
+  graded (fail closed: an image the hook cannot load into fails the sample loudly).
+- **The reward channel.** ``/logs/verifier`` is the grader's (sticky and world-writable, so that a
+  testee's report such as pytest's ``--ctrf`` file can land there), and ``reward.txt`` and
+  ``reward.json`` exist from the start, empty and the grader's: a testee can create other files but
+  can neither write, replace, remove nor lock these. They are read as root: regular files of the
+  grader, at most ``REWARD_MAX`` bytes; an empty one was not written.
+- **The environment.** ``HOME`` is a fresh directory outside the tree; ``PATH`` (and
+  ``LD_LIBRARY_PATH``) keep only directories that the agent could never write (root's, all the way
+  up); ``/tmp`` is fresh (it is not part of the tree); ``/tests`` is the grader's, read-only to the
+  testee; git reads no global configuration and is told to ignore every program the agent's
+  repositories could name (fsmonitor, hooks, signature programs, filter, diff and merge drivers, ...).
+- **Bounded.** The output is capped as a command's is; at the verifier's timeout, or when the shell
+  exits, every process of the workspace is killed before the reward is read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import select
+import stat
+import time
+
+from _ws_tree import remove_tree, walk  # type: ignore[import-not-found]
+
+GRADER_DIR = "/run/agentrl-grader"
+GRADER_CAPS = (0, 1, 3, 5, 6, 7)  # CHOWN, DAC_OVERRIDE, FOWNER, KILL, SETGID, SETUID
+REWARD_FILES = ("reward.txt", "reward.json")
+REWARD_MAX = 65536
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+GIT_SAFE = {  # git settings that would run a program of the agent's choosing, made harmless
+    "core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "true",
+    "core.sshCommand": "false", "core.askPass": "true", "core.gitProxy": "", "sequence.editor": "true",
+    "diff.external": "", "log.showSignature": "false", "gpg.program": "false", "gpg.ssh.program": "false",
+    "gpg.x509.program": "false", "credential.helper": "", "core.alternateRefsCommand": "",
+    "uploadpack.packObjectsHook": "", "protocol.allow": "never", "core.attributesFile": "/dev/null",
+}
+EXT_DIFF = f"{GRADER_DIR}/ext-diff"  # what a diff driver's external command becomes: a plain diff
+DRIVER_SAFE = {("filter", "clean"): "", ("filter", "smudge"): "", ("filter", "process"): "",
+               ("diff", "textconv"): "cat", ("diff", "command"): EXT_DIFF, ("merge", "driver"): "false"}
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+# ------------------------------------------------------------------ the grading workspace
+def prepare(grader: int, testee: int, hook: bytes) -> None:
+    """Lay out the grader's directories (see the module docstring)."""
+    os.makedirs(GRADER_DIR, mode=0o755, exist_ok=True)
+    for sub in ("home", "private"):
+        if os.path.isdir(f"{GRADER_DIR}/{sub}"):
+            remove_tree(f"{GRADER_DIR}/{sub}")
+    _mkdir(f"{GRADER_DIR}/home", testee, 0o700)
+    _mkdir(f"{GRADER_DIR}/private", grader, 0o700)
+    _write(f"{GRADER_DIR}/testee.so", hook, 0, 0o644)
+    _write(f"{GRADER_DIR}/probe.sh", PROBE.encode(), 0, 0o644)
+    _write(EXT_DIFF, b'#!/bin/sh\nexec diff -u -- "$2" "$5"\n', 0, 0o755)
+    logs = "/logs/verifier"
+    if os.path.isdir(logs) and not os.path.islink(logs):
+        remove_tree(logs)
+    elif os.path.lexists(logs):
+        os.unlink(logs)
+    os.makedirs("/logs", exist_ok=True)
+    os.chown("/logs", 0, 0)  # not the testee's: it could swap /logs/verifier for a directory of its own
+    os.chmod("/logs", 0o755)
+    _mkdir(logs, grader, 0o1777)
+    for name in REWARD_FILES:
+        _write(f"{logs}/{name}", b"", grader, 0o644)
+    for path, st in walk(["/tests"]):  # the tests are the grader's: readable, never writable, by the testee
+        os.lchown(path, grader, grader)
+        if not stat.S_ISLNK(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
+
+
+def _mkdir(path: str, owner: int, mode: int) -> None:
+    os.mkdir(path, mode)
+    os.chown(path, owner, owner)
+    os.chmod(path, mode)
+
+
+def _write(path: str, data: bytes, owner: int, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chown(path, owner, owner)
+    os.chmod(path, mode)
+
+
+PROBE = f"""unset BASH_ENV
+/bin/sh -c ': > {GRADER_DIR}/home/.probe; : > {GRADER_DIR}/private/probe' 2>/dev/null
+"""
+
+
+def probe_failure(testee: int) -> str | None:
+    """Why the probe shows that the verifier's programs did not run as the testee (None: they did)."""
+    try:
+        st = os.lstat(f"{GRADER_DIR}/home/.probe")
+    except OSError:
+        return "a program the verifier's shell started did not run (no /bin/sh, or the exec hook refused it)"
+    if st.st_uid != testee:
+        return "a program the verifier's shell started did not run as the testee (the exec hook did not load)"
+    if os.path.lexists(f"{GRADER_DIR}/private/probe"):
+        return "a program the verifier's shell started could write the grader's files"
+    return None
+
+
+# ------------------------------------------------------------------ the verifier's environment
+def environment(base: dict[str, str], testee: int, roots: list[str]) -> dict[str, str]:
+    """The verifier's environment from the workspace's (the image's and the task's variables): see the
+    module docstring."""
+    env = {k: v for k, v in base.items() if not k.startswith(("LD_", "GIT_CONFIG", "BASH_FUNC_"))
+           and k not in ("BASH_ENV", "ENV", "HOME", "TMPDIR", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "PS4")}
+    env["PATH"] = secure_path(base.get("PATH", SYSTEM_PATH)) or SYSTEM_PATH
+    libs = secure_path(base.get("LD_LIBRARY_PATH", ""))
+    if libs:
+        env["LD_LIBRARY_PATH"] = libs
+    env.update(HOME=f"{GRADER_DIR}/home", BASH_ENV=f"{GRADER_DIR}/probe.sh", GIT_CONFIG_GLOBAL="/dev/null",
+               GIT_TERMINAL_PROMPT="0", LD_PRELOAD=f"{GRADER_DIR}/testee.so", AGENTRL_TESTEE=f"{testee}:{testee}")
+    safe = dict(GIT_SAFE)
+    for section, name in git_drivers(roots):
+        for (sec, key), value in DRIVER_SAFE.items():
+            if sec == section:
+                safe[f"{section}.{name}.{key}"] = value
+    env["GIT_CONFIG_COUNT"] = str(len(safe))
+    for i, (key, value) in enumerate(sorted(safe.items())):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return env
+
+
+def secure_path(value: str) -> str:
+    """The directories of a ``:``-separated list that no one but root could ever have written: absolute,
+    and every directory from ``/`` down (links resolved too) root's and not writable by group or
+    others."""
+    return ":".join(d for d in dict.fromkeys(value.split(":")) if d.startswith("/") and _root_only(d))
+
+
+def _root_only(path: str) -> bool:
+    for p in (os.path.normpath(path), os.path.realpath(path)):
+        parts = p.strip("/").split("/") if p != "/" else []
+        for i in range(len(parts) + 1):
+            try:
+                st = os.lstat("/" + "/".join(parts[:i]))
+            except OSError:
+                return False
+            if st.st_uid != 0 or (st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode)):
+                return False
+    return os.path.isdir(path)
+
+
+_SECTION = re.compile(r'^\s*\[\s*(filter|diff|merge)\s+"((?:[^"\\]|\\.)*)"\s*\]', re.M)
+_INCLUDE = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.M)
+_ATTRIBUTE = re.compile(r"(?:^|\s)(filter|diff|merge)=(\S+)")
+
+
+def git_drivers(roots: list[str], limit: int = 2000) -> set[tuple[str, str]]:
+    """(section, name) of every filter, diff and merge driver that the tree's git configurations (and
+    the files they include) define or its attribute files select: any of them could name a program,
+    and each is overridden."""
+    found: set[tuple[str, str]] = set()
+    configs: list[str] = []
+    for path, st in walk(roots):
+        name = os.path.basename(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > (1 << 20):
+            continue
+        if name in (".gitattributes", "attributes"):
+            found.update(_matches(path, _ATTRIBUTE))
+        elif name == "config" and "/.git/" in path or name == ".gitconfig":
+            configs.append(path)
+        if len(configs) > limit:
+            break
+    seen: set[str] = set()
+    while configs and len(seen) < limit:
+        path = configs.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        found.update(_matches(path, _SECTION))
+        for m in _matches(path, _INCLUDE, group=0):  # [include] and [includeIf] paths, relative or not
+            target = os.path.join(os.path.dirname(path), m[1].strip('"'))
+            if os.path.isfile(target) and os.path.getsize(target) <= (1 << 20):
+                configs.append(os.path.realpath(target))
+    return {(s, n) for s, n in found if n and "=" not in n and len(n) < 200}
+
+
+def _matches(path: str, pattern: re.Pattern, group: int = 1) -> list[tuple[str, str]]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    if group == 0:
+        return [("", m.group(1)) for m in pattern.finditer(text)]
+    return [(m.group(1), m.group(2)) for m in pattern.finditer(text)]
+
+
+# ------------------------------------------------------------------ running it
+def start_grader(argv: list[str], env: dict[str, str], cwd: str, grader: int, cgroup_fds: list[int],
+                 out_w: int) -> int:
+    """Fork the verifier's shell as the grader (see the module docstring); its pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        for fd in cgroup_fds:
+            os.write(fd, b"0")
+        os.setsid()
+        _become_grader(grader)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.closerange(3, 1 << 16)
+        for d in (cwd, "/"):
+            try:
+                os.chdir(d)
+                break
+            except OSError:
+                continue
+        os.execve(argv[0], argv, env)
+    except BaseException as e:  # noqa: BLE001 - said on the output, then the child ends
+        os.write(2, f"agentrl: the verifier could not start: {e}\n".encode())
+    finally:
+        os._exit(127)
+
+
+def _become_grader(grader: int) -> None:
+    """Drop to the grader's uid keeping ``GRADER_CAPS`` (ambient, so that bash holds them across exec)."""
+    mask = sum(1 << c for c in GRADER_CAPS)
+    for cap in range(64):  # the bounding set (needs CAP_SETPCAP: a container's is already small)
+        if cap not in GRADER_CAPS:
+            _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+    _check(_libc.prctl(8, 1, 0, 0, 0), "PR_SET_KEEPCAPS")
+    os.setgroups([])
+    os.setresgid(grader, grader, grader)
+    os.setresuid(grader, grader, grader)
+    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
+    data[0].effective = data[0].permitted = data[0].inheritable = mask
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    for cap in GRADER_CAPS:
+        _check(_libc.prctl(47, 2, cap, 0, 0), "PR_CAP_AMBIENT_RAISE")
+    _check(_libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+def wait_grader(pid: int, out_r: int, cap, deadline: float) -> int | None:  # noqa: ANN001 - a Capture
+    """Read the verifier's output into ``cap`` until its shell exits (its exit code) or the deadline
+    (None). Background processes that keep the output open do not hold it up."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            while select.select([out_r], [], [], 0)[0]:
+                data = os.read(out_r, 65536)
+                if not data:
+                    break
+                cap.add(data)
+            return os.waitstatus_to_exitcode(status)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if select.select([out_r], [], [], min(left, 0.05))[0]:
+            data = os.read(out_r, 65536)
+            if data:
+                cap.add(data)
+            else:
+                time.sleep(min(left, 0.005))
+
+
+def read_rewards(grader: int) -> dict[str, str | None]:
+    """The text of each reward file the verifier wrote (None: not written), read as root and refused
+    unless it is a regular file of the grader's of at most ``REWARD_MAX`` bytes."""
+    out: dict[str, str | None] = {}
+    for name in REWARD_FILES:
+        path = f"/logs/verifier/{name}"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            out[name] = None
+            continue
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != grader:
+                raise OSError(f"/logs/verifier/{name} is not the grader's file")
+            data = f.read(REWARD_MAX + 1)
+        if len(data) > REWARD_MAX:
+            raise OSError(f"/logs/verifier/{name} is larger than {REWARD_MAX} bytes")
+        out[name] = data.decode("utf-8", "replace") if data.strip() else None
+    return out
