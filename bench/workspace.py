@@ -3,15 +3,21 @@ round trip, grading (seal + a fresh workspace + the verifier), and many workspac
 
     python bench/workspace.py [--backends local docker] [--starts 20] [--execs 200] [--grades 10]
                               [--concurrent 64]
+    python bench/workspace.py --grade-before DIR [--rounds 5] [--grades 10]
 
 Prints one table, p50 / p99 in milliseconds. Anchors (issue 28): a local Docker cold start is
 2-5 s, hosted sandboxes claim 60-90 ms; the local backend should start in <= 50 ms p50 (from the
-pool) and exec in <= 10 ms. Run it on a quiet machine, one compute process at a time.
+pool) and exec in <= 10 ms. ``--grade-before DIR`` compares grading with another checkout (a
+``git worktree`` of an earlier commit): each round grades ``--grades`` times in a fresh process of
+each checkout, A/B interleaved, and the table gives both p50s and their ratio per backend. Run it on
+a quiet machine, one compute process at a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,6 +100,31 @@ def concurrent(backend: str, n: int) -> tuple[float, int]:
     return time.perf_counter() - t, ok
 
 
+def grade_worker(root: str, backend: str, n: int, tests: str) -> list[float]:
+    """``n`` grades in a fresh process of the checkout at ``root`` (its sandbox and runtime)."""
+    code = (f"import json, sys; sys.path.insert(0, {root!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); "
+            f"import workspace as w; print(json.dumps(w.grades({backend!r}, {n}, {tests!r})))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"the grade worker of {root} failed: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def compare_grades(before: str, backends: list[str], rounds: int, n: int, tests: str) -> None:
+    """Grading in this checkout against ``before``, A/B interleaved (see the module docstring)."""
+    after = str(Path(__file__).resolve().parents[1])
+    print(f"| backend | before p50 ms | after p50 ms | after / before | before p99 | after p99 |  "
+          f"({rounds} rounds x {n} grades each)\n|---|---:|---:|---:|---:|---:|")
+    for b in backends:
+        got: dict[str, list[float]] = {before: [], after: []}
+        for _ in range(rounds):
+            for root in (before, after):
+                got[root] += grade_worker(root, b, n, tests)
+        p_b, p_a = pct(got[before], 0.5), pct(got[after], 0.5)
+        print(f"| {b} | {p_b:,.1f} | {p_a:,.1f} | {p_a / p_b:.2f}x | {pct(got[before], 0.99):,.1f} | "
+              f"{pct(got[after], 0.99):,.1f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backends", nargs="+", default=["local", "docker"])
@@ -101,9 +132,14 @@ def main() -> None:
     ap.add_argument("--execs", type=int, default=200)
     ap.add_argument("--grades", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=64)
+    ap.add_argument("--grade-before", default=None, metavar="DIR", help="compare grading with this checkout")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tests:
         Path(tests, "test.sh").write_text(TEST_SH)
+        if args.grade_before:
+            compare_grades(args.grade_before, args.backends, args.rounds, args.grades, tests)
+            return
         rows = []
         for b in args.backends:
             measured = {"cold start": cold_starts(b, args.starts), "start from pool": pool_starts(b, args.starts),

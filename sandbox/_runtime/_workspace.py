@@ -25,7 +25,6 @@ are not in the workspace).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
 import os
@@ -38,7 +37,16 @@ import time
 import _ws_files as files  # type: ignore[import-not-found]
 import _ws_grade as grading  # type: ignore[import-not-found]
 import _ws_tree as trees  # type: ignore[import-not-found]
-from _ws_common import parent_of, processes, read_frame, reap_children, write_frame  # type: ignore[import-not-found]
+from _ws_common import (  # type: ignore[import-not-found]
+    IGNORED,
+    Capture,
+    default_signals,
+    parent_of,
+    processes,
+    read_frame,
+    reap_children,
+    write_frame,
+)
 
 if sys.argv[1:2] in (["local"], ["zygote"]):
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
@@ -46,43 +54,6 @@ if sys.argv[1:2] in (["local"], ["zygote"]):
 STATE = "/run/agentrl"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-class Capture:
-    """The bytes of one command: all of them up to ``limit``, then the head and a rolling tail."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.head, self.tail, self.dropped = limit, bytearray(), bytearray(), 0
-
-    def add(self, data: bytes) -> None:
-        if len(self.head) < self.limit // 2:
-            take = self.limit // 2 - len(self.head)
-            self.head += data[:take]
-            data = data[take:]
-        self.tail += data
-        extra = len(self.tail) - (self.limit - self.limit // 2) - 8192  # 8 KiB more: the marker line
-        if extra > 0:
-            del self.tail[:extra]
-            self.dropped += extra
-
-    def last(self, n: int) -> bytes:
-        return bytes((self.head + self.tail)[-n:]) if len(self.tail) < n else bytes(self.tail[-n:])
-
-    def result(self, cut_tail: int) -> tuple[str, bool]:
-        """The output less its last ``cut_tail`` bytes (the marker line), head and tail with a mark."""
-        whole = self.head + self.tail
-        if not self.dropped:
-            data = bytes(whole[:len(whole) - cut_tail])
-            if len(data) <= self.limit:
-                return data.decode("utf-8", "replace"), False
-            head, tail, dropped = data[:self.limit // 2], data[self.limit // 2:], 0
-        else:
-            head, tail, dropped = bytes(self.head), bytes(self.tail[:len(self.tail) - cut_tail]), self.dropped
-        keep = self.limit - len(head)
-        dropped += max(0, len(tail) - keep)
-        tail = tail[len(tail) - keep:] if len(tail) > keep else tail
-        return (head.decode("utf-8", "replace") + f"\n[... {dropped} bytes of output cut ...]\n"
-                + tail.decode("utf-8", "replace")), True
 
 
 class Runtime:
@@ -115,6 +86,7 @@ class Runtime:
     # -------------------------------------------------------------- children as the agent
     def as_agent(self) -> None:
         """In a freshly forked child: join the cgroups, a new session, the agent's uid, no new privileges."""
+        default_signals()
         for fd in self.cgroup_fds:
             os.write(fd, b"0")
         os.setsid()
@@ -306,6 +278,7 @@ class Runtime:
             return {"entries": len(self.marked.entries)}
         if op == "diff":
             with self.stopped():
+                trees.check_size(self.roots(), int(self.limits["storage_mb"]) << 20)  # nothing huge is read
                 return {"diff": self.marked.diff(trees.manifest(self.roots())) if self.marked else None}
         if op == "restore":
             files.end_all(self.keep, self.reap)
@@ -316,7 +289,7 @@ class Runtime:
             self.start_shell(restore=False)
             return {}
         if op == "grade":
-            return self.grade(req)
+            return grading.grade(self, req)
         if op == "ping":
             return {"pids": len([p for p in processes() if p not in self.keep]), "max_rss_kb": max_rss_kb()}
         return {"error": f"unknown request {op!r}"}
@@ -361,35 +334,6 @@ class Runtime:
             out: dict = {"entries": len(entries)}
             if self.marked is not None:
                 out.update(diff=self.marked.diff(entries), unchanged=self.marked.unchanged(entries))
-        return out
-
-    def grade(self, req: dict) -> dict:
-        """Run the verifier as the grader, its programs as the testee (``_ws_grade``); its output,
-        exit code and reward files."""
-        self.stop_shell()
-        files.end_all(self.keep, self.reap)
-        g, t = self.grader_uid, self.uid
-        grading.prepare(g, t, base64.b64decode(req["hook"]))
-        env = grading.environment(self.env, t, self.roots())
-        r, w = os.pipe()
-        cap = Capture(int(self.limits["max_output_bytes"]))
-        start = time.monotonic()
-        pid = grading.start_grader(list(req["argv"]), env, self.workdir, g, self.cgroup_fds, w)
-        os.close(w)
-        try:
-            code = grading.wait_grader(pid, r, cap, start + float(req["timeout_s"]))
-        finally:
-            files.end_all(self.keep, self.reap)  # the shell, its background and every testee left
-            os.close(r)
-        output, truncated = cap.result(0)
-        out = {"exit_code": code, "output": output, "truncated": truncated, "timed_out": code is None,
-               "duration_s": time.monotonic() - start, "rewards": {}, "problem": None}
-        if code is not None:
-            out["problem"] = grading.probe_failure(t)
-            try:
-                out["rewards"] = grading.read_rewards(g)
-            except OSError as e:
-                out["problem"] = out["problem"] or str(e)
         return out
 
 
@@ -461,6 +405,8 @@ def run(mode: str) -> None:
     cfg = read_frame(0)
     if cfg is None:
         return
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)  # only the end of its input (or SIGKILL) ends a runtime
     try:
         if mode != "local":  # orphans of the agent come to this runtime, which reaps them
             _libc.prctl(36, ctypes.c_ulong(1), 0, 0, 0)  # PR_SET_CHILD_SUBREAPER

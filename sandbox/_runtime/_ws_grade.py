@@ -29,6 +29,7 @@ reward channel, and the verifier's environment comes from nothing the agent wrot
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import os
 import re
@@ -36,6 +37,8 @@ import select
 import stat
 import time
 
+import _ws_files as files  # type: ignore[import-not-found]
+from _ws_common import Capture, default_signals  # type: ignore[import-not-found]
 from _ws_tree import remove_tree, walk  # type: ignore[import-not-found]
 
 GRADER_DIR = "/run/agentrl-grader"
@@ -70,14 +73,46 @@ def _check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+def grade(rt, req: dict) -> dict:  # noqa: ANN001 - the workspace's Runtime
+    """Run the verifier (``req``: ``argv``, ``timeout_s``, the exec hook) as the grader, its programs
+    as the testee; its exit code (None past the timeout), output, reward files and, when it cannot
+    be trusted, the problem."""
+    rt.stop_shell()
+    files.end_all(rt.keep, rt.reap)
+    g, t = rt.grader_uid, rt.uid
+    prepare(g, t, base64.b64decode(req["hook"]))
+    env = environment(rt.env, t, rt.roots())
+    r, w = os.pipe()
+    cap = Capture(int(rt.limits["max_output_bytes"]))
+    start = time.monotonic()
+    pid = start_grader(list(req["argv"]), env, rt.workdir, g, rt.cgroup_fds, w)
+    os.close(w)
+    try:
+        code = wait_grader(pid, r, cap, start + float(req["timeout_s"]))
+    finally:
+        files.end_all(rt.keep, rt.reap)  # the shell, its background and every testee left
+        os.close(r)
+    output, truncated = cap.result(0)
+    out = {"exit_code": code, "output": output, "truncated": truncated, "timed_out": code is None,
+           "duration_s": time.monotonic() - start, "rewards": {}, "problem": None}
+    if code is not None:
+        out["problem"] = probe_failure(t)
+        try:
+            out["rewards"] = read_rewards(g)
+        except OSError as e:
+            out["problem"] = out["problem"] or str(e)
+    return out
+
+
 # ------------------------------------------------------------------ the grading workspace
 def prepare(grader: int, testee: int, hook: bytes) -> None:
     """Lay out the grader's directories (see the module docstring)."""
     os.makedirs(GRADER_DIR, mode=0o755, exist_ok=True)
-    for sub in ("home", "private"):
+    for sub in ("home", "private", "probe"):
         if os.path.isdir(f"{GRADER_DIR}/{sub}"):
             remove_tree(f"{GRADER_DIR}/{sub}")
     _mkdir(f"{GRADER_DIR}/home", testee, 0o700)
+    _mkdir(f"{GRADER_DIR}/probe", testee, 0o700)
     _mkdir(f"{GRADER_DIR}/private", grader, 0o700)
     _write(f"{GRADER_DIR}/testee.so", hook, 0, 0o644)
     _write(f"{GRADER_DIR}/probe.sh", PROBE.encode(), 0, 0o644)
@@ -114,14 +149,19 @@ def _write(path: str, data: bytes, owner: int, mode: int) -> None:
 
 
 PROBE = f"""unset BASH_ENV
-/bin/sh -c ': > {GRADER_DIR}/home/.probe; : > {GRADER_DIR}/private/probe' 2>/dev/null
+/bin/sh -c ': > {GRADER_DIR}/probe/ok; : > {GRADER_DIR}/private/probe' 2>/dev/null
+if [ ! -e {GRADER_DIR}/probe/ok ] || [ -O {GRADER_DIR}/probe/ok ] || [ -e {GRADER_DIR}/private/probe ]; then
+    echo "agentrl: the verifier's programs would not run as the testee here; nothing is graded" >&2
+    exit 97
+fi
 """
 
 
 def probe_failure(testee: int) -> str | None:
-    """Why the probe shows that the verifier's programs did not run as the testee (None: they did)."""
+    """Why the probe shows that the verifier's programs did not run as the testee (None: they did). The
+    probe itself (``PROBE``, run by the verifier's shell before the script) stops the script then."""
     try:
-        st = os.lstat(f"{GRADER_DIR}/home/.probe")
+        st = os.lstat(f"{GRADER_DIR}/probe/ok")
     except OSError:
         return "a program the verifier's shell started did not run (no /bin/sh, or the exec hook refused it)"
     if st.st_uid != testee:
@@ -228,6 +268,7 @@ def start_grader(argv: list[str], env: dict[str, str], cwd: str, grader: int, cg
     if pid:
         return pid
     try:
+        default_signals()
         for fd in cgroup_fds:
             os.write(fd, b"0")
         os.setsid()

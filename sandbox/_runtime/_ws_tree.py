@@ -64,16 +64,23 @@ def walk(roots: list[str]):
             continue
         if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             continue  # devices, fifos and sockets are not part of a tree
+        if stat.S_ISDIR(st.st_mode) and path not in roots and st.st_dev != parent_dev(path):
+            continue  # a mount point (os.path.ismount resolves every parent: quadratic on a deep tree)
         yield path, st
         if stat.S_ISDIR(st.st_mode):
             try:
                 names = os.listdir(path)
             except OSError:
                 continue
-            for name in sorted(names, reverse=True):
-                child = os.path.join(path, name)
-                if not os.path.ismount(child):
-                    stack.append(child)
+            stack.extend(os.path.join(path, name) for name in sorted(names, reverse=True))
+
+
+def parent_dev(path: str) -> int:
+    """The device of ``path``'s directory (-1 when it cannot be read)."""
+    try:
+        return os.lstat(os.path.dirname(path) or "/").st_dev
+    except OSError:
+        return -1
 
 
 def check_size(roots: list[str], limit: int) -> None:
@@ -298,10 +305,16 @@ def remove_tree(path: str) -> None:
             names = os.listdir(top)
         except OSError:
             continue
+        here = os.lstat(top).st_dev
         for name in names:
             child = os.path.join(top, name)
-            if os.path.isdir(child) and not os.path.islink(child) and not os.path.ismount(child):
-                stack.append((child, False))
+            try:
+                st = os.lstat(child)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if st.st_dev == here:  # never into a mount point
+                    stack.append((child, False))
             else:
                 try:
                     os.unlink(child)

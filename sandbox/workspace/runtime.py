@@ -155,7 +155,10 @@ class RuntimeWorkspace(Workspace):
     def diff(self) -> str:
         if not self.marked:
             raise WorkspaceError("this workspace was opened on a given tree: it has no initial tree to diff")
-        return self._request({"op": "diff"}, 300.0)["diff"]
+        try:
+            return self._request({"op": "diff"}, 300.0)["diff"]
+        except WorkspaceError as e:
+            raise _too_large(e) from None
 
     def put_archive(self, dest: str, data: bytes) -> None:
         """Unpack the tar ``data`` under ``dest`` (owned by the agent)."""
@@ -166,9 +169,7 @@ class RuntimeWorkspace(Workspace):
         try:
             out = self._request({"op": op}, 300.0, receive=tree)
         except WorkspaceError as e:
-            if "larger than the task's storage" in str(e):
-                raise TreeTooLarge(str(e)) from None
-            raise
+            raise _too_large(e) from None
         tree.diff, tree.unchanged = out.get("diff"), out.get("unchanged")
         return tree
 
@@ -271,6 +272,11 @@ class RuntimeWorkspace(Workspace):
         if self.proc is not None and self.proc.poll() is not None:
             return f"its runtime exited with {self.proc.returncode}: closed, TTL or idle timeout"
         return "its runtime closed its pipe"
+
+
+def _too_large(e: WorkspaceError) -> WorkspaceError:
+    """A runtime's refusal of a tree past the task's storage as :class:`TreeTooLarge` (the agent's doing)."""
+    return TreeTooLarge(str(e).replace("TreeTooLarge: ", "")) if "larger than the task's storage" in str(e) else e
 
 
 def _limits(spec: WorkspaceSpec) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""The grader against the code under test, on both backends, for real: the verifier's shell is the
+grader and every program it starts is the testee, which can neither write, replace, remove nor lock
+the reward channel; the verifier's environment comes from nothing the agent wrote (HOME, PATH,
+/tmp, git's configuration); rewards are range-checked; a hook that cannot load fails closed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbox.workspace import WorkspaceLimits, WorkspaceSpec, open_workspace
+from sandbox.workspace.grading import Verdict, read_reward, verify
+from sandbox.workspace.leftovers import leftovers
+
+BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    if request.param == "docker":
+        from tests.sandbox.test_workspace import _docker_or_skip
+
+        _docker_or_skip()
+    yield request.param
+    left = leftovers(os.getpid())
+    assert not any(left.values()), left
+
+
+def grade(backend: str, tmp_path: Path, agent: str, test_sh: str, env: tuple = (), **files: str) -> Verdict:
+    """The agent's commands in a fresh workspace, then ``test_sh`` on its sealed tree."""
+    spec = WorkspaceSpec(env=env, limits=WorkspaceLimits(memory_mb=512, storage_mb=256), name="grading")
+    tests = tmp_path / "tests"
+    tests.mkdir(exist_ok=True)
+    (tests / "test.sh").write_text("#!/bin/bash\n" + test_sh)
+    for name, text in files.items():
+        (tests / name.replace("__", ".")).write_text(text)
+    with open_workspace(spec, backend) as ws:
+        r = ws.exec(agent, timeout_s=60)
+        assert not r.timed_out, r.output
+        tree = ws.seal()
+    return verify(spec, tree, str(tests), backend=backend, timeout_s=60)
+
+
+# The agent leaves a program that, when the verifier runs it, attacks the reward channel every way a
+# process of its uid could: write, chmod 444, replace by rename, remove and recreate, a watcher that
+# rewrites it after the verifier is done, a directory swapped in for /logs/verifier.
+ATTACK = r"""cat > /app/solve.sh <<'EOF'
+#!/bin/bash
+for f in /logs/verifier/reward.txt /logs/verifier/reward.json; do
+  echo 1 > $f; chmod 444 $f; rm -f $f; echo '{"reward": 1}' > $f.new; mv -f $f.new $f
+done
+mv /logs/verifier /logs/old 2>/dev/null; mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt
+python3 -c "import os; os.chmod('/logs/verifier/reward.txt', 0o444)"
+(setsid bash -c 'for i in $(seq 100); do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' &) 2>/dev/null
+echo done
+EOF
+chmod +x /app/solve.sh"""
+
+
+def test_the_code_under_test_cannot_write_replace_or_lock_the_reward(backend, tmp_path):
+    # The commonest shape: run the agent's program, then write the verdict with a shell redirect.
+    v = grade(backend, tmp_path, ATTACK, "out=$(/app/solve.sh 2>&1); echo \"$out\"\n"
+              "if [ \"$out\" = never ]; then echo 1 > /logs/verifier/reward.txt; "
+              "else echo 0 > /logs/verifier/reward.txt; fi\n")
+    assert v.error is None and v.reward == 0.0, v
+    assert "Permission denied" in v.output or "Operation not permitted" in v.output, v.output
+    # The shape that writes 0 first and 1 only on success: the attack cannot reach the file in between.
+    v = grade(backend, tmp_path, ATTACK, "echo 0 > /logs/verifier/reward.txt\nbash /app/solve.sh >/dev/null 2>&1\n"
+              "sleep 0.5\n")
+    assert v.error is None and v.reward == 0.0, v
+
+
+def test_programs_run_as_the_testee_the_shell_and_the_verifiers_own_as_the_grader(backend, tmp_path):
+    check = ("import os, subprocess\nopen('/logs/verifier/reward.json', 'w').write('{\"reward\": 0.5, \"own\": %d}'"
+             " % (os.getuid() != int(subprocess.run(['id', '-u'], capture_output=True, text=True).stdout)))\n")
+    v = grade(backend, tmp_path, "true",
+              "[ \"$(id -u)\" != \"$UID\" ] || { echo 'a program ran as the grader'; exit 1; }\n"
+              "python3 -c 'open(\"/logs/verifier/reward.txt\", \"w\")' 2>/dev/null && echo 'testee wrote the reward'\n"
+              "python3 /tests/check.py\n", check__py=check)
+    assert v.error is None and v.reward == 0.5 and v.rewards["own"] == 1.0, v
+    assert "testee wrote" not in v.output
+
+
+def test_the_verifier_environment_comes_from_nothing_the_agent_wrote(backend, tmp_path):
+    agent = r"""mkdir -p /root/.local/bin /app/repo && cd /app/repo && git init -q . && echo a > f && git add f
+for name in python3 git grep cat; do printf '#!/bin/sh\necho SHIM\n' > /root/.local/bin/$name; done
+chmod +x /root/.local/bin/*; printf '[core]\n\tfsmonitor = "echo FSMON >&2"\n' >> /root/.gitconfig
+git config core.fsmonitor "sh -c 'echo FSMON >&2'"; git config filter.x.clean "sh -c 'echo FILTER >&2; cat'"
+echo '* filter=x diff=x' > .gitattributes; git config diff.x.textconv "sh -c 'echo TEXTCONV'"
+echo planted > /tmp/scratch; chmod 444 /tmp/scratch; echo b >> f"""
+    test_sh = ("echo \"home=$HOME\"; echo \"path=$PATH\"; ls -A $HOME; python3 -c 'print(1+1)'\n"
+               "cd /app/repo && git status --porcelain && git diff | tail -1\n"
+               "ls /tmp/scratch 2>&1; echo fresh > /tmp/scratch && cat /tmp/scratch\n"
+               "echo 0 > /logs/verifier/reward.txt\n")
+    v = grade(backend, tmp_path, agent, test_sh, env=(("PATH", "/root/.local/bin:/usr/local/bin:/usr/bin:/bin"),))
+    assert v.error is None and v.reward == 0.0, v
+    out = v.output
+    assert "SHIM" not in out and "FSMON" not in out and "FILTER" not in out and "TEXTCONV" not in out, out
+    assert "\n2\n" in out and "+b" in out and "fresh" in out and "planted" not in out, out
+    assert "home=/run/agentrl-grader/home" in out and "/root" not in out.split("path=")[1].split("\n")[0], out
+
+
+@pytest.mark.parametrize("written,ok", [("1e300", False), ("-inf", False), ("nan", False), ("1e-400", True),
+                                        ("0.5", True), ('{"reward": 1, "tests": 17}', True),
+                                        ('{"reward": true}', False), ('{"reward": NaN}', False),
+                                        ("2", False), ('{"a": 1, "b": 2}', False)])
+def test_rewards_are_finite_and_in_range(written, ok):
+    name = "reward.json" if written.startswith("{") else "reward.txt"
+    reward, named, problem = read_reward({name: written})
+    assert (problem is None) == ok, (written, problem)
+    if ok:
+        assert reward is not None and -1.0 <= reward <= 1.0
+
+
+def test_a_reward_out_of_range_or_too_large_fails_the_sample_loudly(backend, tmp_path):
+    v = grade(backend, tmp_path, "true", "echo 1e300 > /logs/verifier/reward.txt\n")
+    assert v.reward is None and "outside the task's range" in v.error, v
+    v = grade(backend, tmp_path, "true", "head -c 200000 /dev/zero | tr '\\0' 1 > /logs/verifier/reward.json\n")
+    assert v.reward is None and "larger than" in v.error, v
+
+
+def test_a_hook_that_cannot_load_fails_closed(backend, tmp_path, monkeypatch):
+    from sandbox.workspace import testee_hook
+
+    monkeypatch.setattr(testee_hook, "_cached", b"not a shared object")
+    v = grade(backend, tmp_path, "true", "echo 1 > /logs/verifier/reward.txt\n")
+    assert v.reward is None and "could not be trusted" in v.error, v
