@@ -128,3 +128,26 @@ def test_a_hook_that_cannot_load_fails_closed(backend, tmp_path, monkeypatch):
     monkeypatch.setattr(testee_hook, "_cached", b"not a shared object")
     v = grade(backend, tmp_path, "true", "echo 1 > /logs/verifier/reward.txt\n")
     assert v.reward is None and "could not be trusted" in v.error, v
+
+
+def test_the_graders_writes_follow_no_link_of_the_agents(backend, tmp_path):
+    # Links the agent leaves where the verifier writes: into the reward, the tests and the exec hook.
+    agent = ("ln -s /logs/verifier/reward.txt /app/input.txt; ln -s /tests/expected.txt /app/out.txt; "
+             "ln -s /run/agentrl-grader/testee.so /app/log.txt; mkdir -p /app/d && ln -s /tests /app/d/t; "
+             "echo mine > /app/own.txt && ln -s /app/own.txt /app/own-link.txt")
+    test_sh = ("echo 0 > /logs/verifier/reward.txt\n"
+               "echo 1 > /app/input.txt; echo \"input: $?\"\n"
+               "echo 'hello' > /app/out.txt; echo \"out: $?\"\n"
+               "echo junk >> /app/log.txt; echo \"log: $?\"\n"
+               "echo evil > /app/d/t/conftest.py; echo \"new: $?\"\n"
+               "echo yours > /app/own-link.txt; echo \"own: $? $(cat /app/own.txt)\"\n"
+               "python3 /tests/check.py\n"
+               "diff -q /tests/expected.txt <(echo hello) >/dev/null && echo 1 > /logs/verifier/reward.txt\n")
+    check = ("import os\nfor p in ('/app/input.txt', '/app/out.txt'):\n    try:\n"
+             "        open(p, 'w').write('1')\n        print('python wrote', p)\n"
+             "    except PermissionError:\n        print('python refused', p)\n")
+    v = grade(backend, tmp_path, agent, test_sh, check__py=check, expected__txt="the expected output\n")
+    assert v.error is None and v.reward == 0.0, v
+    for name in ("input", "out", "log", "new"):
+        assert f"{name}: 1" in v.output, v.output  # each write through a link was refused
+    assert "own: 0 yours" in v.output and "python wrote" not in v.output, v.output
