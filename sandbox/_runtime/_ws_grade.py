@@ -53,6 +53,9 @@ GIT_SAFE = {  # git settings that would run a program of the agent's choosing, m
     "gpg.x509.program": "false", "credential.helper": "", "core.alternateRefsCommand": "",
     "uploadpack.packObjectsHook": "", "protocol.allow": "never", "core.attributesFile": "/dev/null",
 }
+DROPPED = ("BASH_ENV", "ENV", "HOME", "TMPDIR", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "BASHOPTS", "PS4",
+           "PROMPT_COMMAND", "PYTHONSTARTUP", "PYTHONINSPECT", "PERL5OPT", "RUBYOPT", "NODE_OPTIONS")
+SEARCH_PATHS = ("LD_LIBRARY_PATH", "PYTHONHOME", "PERL5LIB", "PERLLIB", "RUBYLIB", "NODE_PATH")
 EXT_DIFF = f"{GRADER_DIR}/ext-diff"  # what a diff driver's external command becomes: a plain diff
 DRIVER_SAFE = {("filter", "clean"): "", ("filter", "smudge"): "", ("filter", "process"): "",
                ("diff", "textconv"): "cat", ("diff", "command"): EXT_DIFF, ("merge", "driver"): "false"}
@@ -81,7 +84,8 @@ def grade(rt, req: dict) -> dict:  # noqa: ANN001 - the workspace's Runtime
     files.end_all(rt.keep, rt.reap)
     g, t = rt.grader_uid, rt.uid
     prepare(g, t, base64.b64decode(req["hook"]))
-    env = environment(rt.env, t, rt.roots())
+    drivers, removed = scan_tree(rt.roots())
+    env = environment(rt.env, t, drivers)
     r, w = os.pipe()
     cap = Capture(int(rt.limits["max_output_bytes"]))
     start = time.monotonic()
@@ -93,6 +97,8 @@ def grade(rt, req: dict) -> dict:  # noqa: ANN001 - the workspace's Runtime
         files.end_all(rt.keep, rt.reap)  # the shell, its background and every testee left
         os.close(r)
     output, truncated = cap.result(0)
+    if removed:
+        output = f"[agentrl: {removed} link(s) into the grader's directories were removed before grading]\n" + output
     out = {"exit_code": code, "output": output, "truncated": truncated, "timed_out": code is None,
            "duration_s": time.monotonic() - start, "rewards": {}, "problem": None}
     if code is not None:
@@ -172,19 +178,21 @@ def probe_failure(testee: int) -> str | None:
 
 
 # ------------------------------------------------------------------ the verifier's environment
-def environment(base: dict[str, str], testee: int, roots: list[str]) -> dict[str, str]:
-    """The verifier's environment from the workspace's (the image's and the task's variables): see the
-    module docstring."""
+def environment(base: dict[str, str], testee: int, drivers: set[tuple[str, str]]) -> dict[str, str]:
+    """The verifier's environment from the workspace's (the image's and the task's variables) and the
+    git drivers the tree names: see the module docstring."""
     env = {k: v for k, v in base.items() if not k.startswith(("LD_", "GIT_CONFIG", "BASH_FUNC_"))
-           and k not in ("BASH_ENV", "ENV", "HOME", "TMPDIR", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "PS4")}
+           and k not in DROPPED}
     env["PATH"] = secure_path(base.get("PATH", SYSTEM_PATH)) or SYSTEM_PATH
-    libs = secure_path(base.get("LD_LIBRARY_PATH", ""))
-    if libs:
-        env["LD_LIBRARY_PATH"] = libs
+    for key in SEARCH_PATHS:  # where interpreters load code from: root's directories only
+        kept = secure_path(base.get(key, ""))
+        env.pop(key, None)
+        if kept:
+            env[key] = kept
     env.update(HOME=f"{GRADER_DIR}/home", BASH_ENV=f"{GRADER_DIR}/probe.sh", GIT_CONFIG_GLOBAL="/dev/null",
                GIT_TERMINAL_PROMPT="0", LD_PRELOAD=f"{GRADER_DIR}/testee.so", AGENTRL_TESTEE=f"{testee}:{testee}")
     safe = dict(GIT_SAFE)
-    for section, name in git_drivers(roots):
+    for section, name in drivers:
         for (sec, key), value in DRIVER_SAFE.items():
             if sec == section:
                 safe[f"{section}.{name}.{key}"] = value
@@ -219,33 +227,61 @@ _INCLUDE = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.M)
 _ATTRIBUTE = re.compile(r"(?:^|\s)(filter|diff|merge)=(\S+)")
 
 
-def git_drivers(roots: list[str], limit: int = 2000) -> set[tuple[str, str]]:
-    """(section, name) of every filter, diff and merge driver that the tree's git configurations (and
-    the files they include) define or its attribute files select: any of them could name a program,
-    and each is overridden."""
+def scan_tree(roots: list[str], limit: int = 2000) -> tuple[set[tuple[str, str]], int]:
+    """One walk of the tree before the verifier runs: (the git drivers to override, see
+    :func:`git_drivers`; how many links into the grader's directories were removed). A link whose
+    target, read as written, lies under ``/tests``, ``/logs/verifier``, ``/run`` or ``/proc`` is
+    removed: the tests do not exist while the agent works, so no honest tree holds one, and through
+    it a verifier would compare the expected output with itself."""
     found: set[tuple[str, str]] = set()
     configs: list[str] = []
+    removed = 0
     for path, st in walk(roots):
         name = os.path.basename(path)
+        if stat.S_ISLNK(st.st_mode):
+            removed += _remove_grader_link(path)
+            continue
         if not stat.S_ISREG(st.st_mode) or st.st_size > (1 << 20):
             continue
         if name in (".gitattributes", "attributes"):
             found.update(_matches(path, _ATTRIBUTE))
         elif name == "config" and "/.git/" in path or name == ".gitconfig":
             configs.append(path)
+        elif name == ".git":  # a worktree's or submodule's pointer: its configuration lives at gitdir
+            configs += [os.path.join(os.path.dirname(path), m[1], "config") for m in _matches(path, _GITDIR, 0)]
         if len(configs) > limit:
             break
+    return git_drivers(found, configs, limit), removed
+
+
+GRADER_PREFIXES = ("/tests", "/logs/verifier", "/run", "/proc")
+_GITDIR = re.compile(r"^\s*gitdir:\s*(.+?)\s*$", re.M)
+
+
+def _remove_grader_link(path: str) -> int:
+    try:
+        target = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+        if any(target == p or target.startswith(p + "/") for p in GRADER_PREFIXES):
+            os.unlink(path)
+            return 1
+    except OSError:
+        pass
+    return 0
+
+
+def git_drivers(found: set[tuple[str, str]], configs: list[str], limit: int) -> set[tuple[str, str]]:
+    """(section, name) of every filter, diff and merge driver that the tree's git configurations (and
+    the files they include) define, with those its attribute files select (``found``): any of them
+    could name a program, and each is overridden."""
     seen: set[str] = set()
     while configs and len(seen) < limit:
         path = configs.pop()
-        if path in seen:
+        if path in seen or not os.path.isfile(path) or os.path.getsize(path) > (1 << 20):
             continue
         seen.add(path)
         found.update(_matches(path, _SECTION))
         for m in _matches(path, _INCLUDE, group=0):  # [include] and [includeIf] paths, relative or not
-            target = os.path.join(os.path.dirname(path), m[1].strip('"'))
-            if os.path.isfile(target) and os.path.getsize(target) <= (1 << 20):
-                configs.append(os.path.realpath(target))
+            configs.append(os.path.realpath(os.path.join(os.path.dirname(path), m[1].strip('"'))))
     return {(s, n) for s, n in found if n and "=" not in n and len(n) < 200}
 
 

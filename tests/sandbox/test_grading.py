@@ -131,11 +131,12 @@ def test_a_hook_that_cannot_load_fails_closed(backend, tmp_path, monkeypatch):
 
 
 def test_the_graders_writes_follow_no_link_of_the_agents(backend, tmp_path):
-    # Links the agent leaves where the verifier writes: into the reward, the tests and the exec hook.
-    agent = ("ln -s /logs/verifier/reward.txt /app/input.txt; ln -s /tests/expected.txt /app/out.txt; "
-             "ln -s /run/agentrl-grader/testee.so /app/log.txt; mkdir -p /app/d && ln -s /tests /app/d/t; "
+    # Links where the verifier writes, into the reward, the tests and the exec hook, made by the agent's
+    # program while the verifier runs it (links left in the tree are removed before: the next test).
+    agent = ("printf '%s\\n' 'ln -s /logs/verifier/reward.txt /app/input.txt; ln -s /tests/expected.txt /app/out.txt'"
+             " 'ln -s /run/agentrl-grader/testee.so /app/log.txt; mkdir -p /app/d && ln -s /tests /app/d/t' > /app/prep.sh;"
              "echo mine > /app/own.txt && ln -s /app/own.txt /app/own-link.txt")
-    test_sh = ("echo 0 > /logs/verifier/reward.txt\n"
+    test_sh = ("echo 0 > /logs/verifier/reward.txt\nbash /app/prep.sh\n"
                "echo 1 > /app/input.txt; echo \"input: $?\"\n"
                "echo 'hello' > /app/out.txt; echo \"out: $?\"\n"
                "echo junk >> /app/log.txt; echo \"log: $?\"\n"
@@ -151,3 +152,13 @@ def test_the_graders_writes_follow_no_link_of_the_agents(backend, tmp_path):
     for name in ("input", "out", "log", "new"):
         assert f"{name}: 1" in v.output, v.output  # each write through a link was refused
     assert "own: 0 yours" in v.output and "python wrote" not in v.output, v.output
+
+
+def test_links_into_the_graders_directories_are_removed_before_grading(backend, tmp_path):
+    # The output file a link to the expected one (the verifier would compare it with itself).
+    agent = "ln -s /tests/expected.txt /app/answer.txt; ln -s ../../proc/self/root/tests /app/t; ln -s /etc/hostname /app/h"
+    v = grade(backend, tmp_path, agent, "ls -l /app | tail -n +2\n"
+              "if diff -q /app/answer.txt /tests/expected.txt; then echo 1 > /logs/verifier/reward.txt; "
+              "else echo 0 > /logs/verifier/reward.txt; fi\n", expected__txt="42\n")
+    assert v.error is None and v.reward == 0.0, v
+    assert "2 link(s) into the grader's directories were removed" in v.output and " h -> /etc/hostname" in v.output
