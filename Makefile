@@ -53,8 +53,10 @@ test: $(STAMP)
 	@# Two pytest-xdist workers (TEST_WORKERS=0: none), a test file per unit and the Ray files in one
 	@# (tests/conftest.py): many tests wait on wall-clock limits, servers and subprocesses, so on 2 cores
 	@# the main tier ran 6:16 -> 3:55 and the slow tier 12:06 -> 6:56
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow and not gpu and not real" -p no:cacheprovider -n $(TEST_WORKERS)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "slow and not gpu and not real" -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 || test $$? -eq 5  # 5: none marked slow
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow and not gpu and not real and not attack" -p no:cacheprovider -n $(TEST_WORKERS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "slow and not gpu and not real and not attack" -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 || test $$? -eq 5  # 5: none marked slow
+	@# the attack tier: reward hacks against the grader and every shipped task's verifier, on both backends
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "attack and not gpu" -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 tests/attacks
 	@# the real-model tier: SmolLM2-135M-Instruct (converted once into the test cache), HF, vLLM, GRPO, LoRA
 	$(BIN)/python -m pytest -q -m "real and not gpu" -p no:cacheprovider tests/real
 

@@ -63,27 +63,39 @@ def run(argv: list[str], *, cwd: str, timeout_s: float, stdin: bytes = b"", env:
 
 def _drain(proc: subprocess.Popen, got: dict[int, bytearray], deadline: float) -> int | None:
     """Read the pipes in ``got`` (at most ``OUTPUT_CAP`` bytes each) until the program exits (its exit
-    code) or the deadline (None); never until their end, which a daemon of the program's may hold."""
+    code) or the deadline (None); never until their end, which a daemon of the program's may hold.
+    The exit is seen at once through a pidfd (polled every 20 ms where there is none)."""
+    try:
+        exited = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        exited = -1
     open_fds = set(got)
-    while True:
-        code = proc.poll()
-        left = 0.05 if code is not None else deadline - time.monotonic()  # after the exit: what is in flight
-        if left <= 0:
-            return code
-        if not open_fds:  # both pipes closed: wait for the exit itself
-            try:
-                return proc.wait(timeout=left)
-            except subprocess.TimeoutExpired:
+    try:
+        while proc.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return None
-        ready = select.select(sorted(open_fds), [], [], min(left, 0.05))[0]
-        for fd in ready:
-            data = os.read(fd, 65536)
-            if not data:
-                open_fds.discard(fd)
-            elif len(got[fd]) < OUTPUT_CAP:
-                got[fd] += data
-        if code is not None and not ready:
-            return code
+            ready = select.select(sorted(open_fds) + ([exited] if exited >= 0 else []), [], [],
+                                  min(left, 0.02 if exited < 0 or not open_fds else left))[0]
+            _read(got, open_fds, [fd for fd in ready if fd != exited])
+        while open_fds:  # what it wrote before it exited is in the pipes now: take it, do not wait for more
+            ready = select.select(sorted(open_fds), [], [], 0)[0]
+            if not ready:
+                break
+            _read(got, open_fds, ready)
+        return proc.returncode
+    finally:
+        if exited >= 0:
+            os.close(exited)
+
+
+def _read(got: dict[int, bytearray], open_fds: set[int], ready: list[int]) -> None:
+    for fd in ready:
+        data = os.read(fd, 65536)
+        if not data:
+            open_fds.discard(fd)
+        elif len(got[fd]) < OUTPUT_CAP:
+            got[fd] += data
 
 
 def end(proc: subprocess.Popen) -> None:

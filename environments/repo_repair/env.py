@@ -25,9 +25,9 @@ import numpy as np
 
 from agentrl.env import TEXT_CHARSET, EnvError
 from agentrl.types import Task
+from environments import testee
 from environments.generated import BASE_IMAGE, GeneratedEnv, task_toml
 from environments.harbor.task import write_task
-from environments import testee
 from environments.repo_repair import runner
 from environments.repo_repair.projects import DATA_DIR, PROJECTS, Project, project_files, unpack
 

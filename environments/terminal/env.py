@@ -28,9 +28,9 @@ import numpy as np
 
 from agentrl.env import EnvError
 from agentrl.types import Task
+from environments import testee
 from environments.generated import BASE_IMAGE, GeneratedEnv, task_toml
 from environments.harbor.task import write_task
-from environments import testee
 from environments.terminal import checks
 from environments.terminal.catalog import load_all
 from environments.terminal.families import Draw, Generated

@@ -52,10 +52,12 @@ def default_roots(skip: tuple[str, ...] = ("tmp",)) -> list[str]:
 
 def walk(roots: list[str]):
     """(path, lstat) of every entry under ``roots`` in sorted pre-order, directories before what they
-    hold; links are not followed, mount points and the grader's directory are left out."""
-    stack = sorted(roots, reverse=True)
+    hold; links are not followed, mount points (a directory on another device than its parent: not
+    ``os.path.ismount``, which resolves every parent and is quadratic on a deep tree) and the
+    grader's directory are left out."""
+    stack: list[tuple[str, int]] = [(r, -1) for r in sorted(roots, reverse=True)]
     while stack:
-        path = stack.pop()
+        path, parent_dev = stack.pop()
         if excluded(path):
             continue
         try:
@@ -64,23 +66,15 @@ def walk(roots: list[str]):
             continue
         if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             continue  # devices, fifos and sockets are not part of a tree
-        if stat.S_ISDIR(st.st_mode) and path not in roots and st.st_dev != parent_dev(path):
-            continue  # a mount point (os.path.ismount resolves every parent: quadratic on a deep tree)
+        if stat.S_ISDIR(st.st_mode) and parent_dev not in (-1, st.st_dev):
+            continue
         yield path, st
         if stat.S_ISDIR(st.st_mode):
             try:
                 names = os.listdir(path)
             except OSError:
                 continue
-            stack.extend(os.path.join(path, name) for name in sorted(names, reverse=True))
-
-
-def parent_dev(path: str) -> int:
-    """The device of ``path``'s directory (-1 when it cannot be read)."""
-    try:
-        return os.lstat(os.path.dirname(path) or "/").st_dev
-    except OSError:
-        return -1
+            stack.extend((os.path.join(path, name), st.st_dev) for name in sorted(names, reverse=True))
 
 
 def check_size(roots: list[str], limit: int) -> None:
@@ -193,9 +187,10 @@ def stream_tree(roots: list[str], fd: int) -> dict:
     :func:`entry_of`, keyed by path (for the diff). Links as links; hard links as hard links."""
     out = FrameWriter(fd)
     entries: dict[str, tuple] = {}
+    hardlinks: dict[tuple[int, int], str] = {}
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for path, st in walk(roots):
-            info = tar.gettarinfo(path, arcname=path.lstrip("/"))
+            info = tar_info(path, st, hardlinks)
             digest = ""
             if info.isfile():
                 try:
@@ -213,6 +208,24 @@ def stream_tree(roots: list[str], fd: int) -> dict:
             entries[path] = entry_of(path, st, digest)
     out.close()
     return entries
+
+
+def tar_info(path: str, st: os.stat_result, hardlinks: dict[tuple[int, int], str]) -> tarfile.TarInfo:
+    """The archive header of an entry from its lstat (``tarfile.gettarinfo`` would stat it again and
+    look its owner up by name); a regular file seen before under another name becomes a hard link."""
+    info = tarfile.TarInfo(path.lstrip("/"))
+    info.mode, info.uid, info.gid, info.mtime = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+    elif st.st_nlink > 1 and (st.st_dev, st.st_ino) in hardlinks:
+        info.type, info.linkname = tarfile.LNKTYPE, hardlinks[(st.st_dev, st.st_ino)]
+    else:
+        info.size = st.st_size
+        if st.st_nlink > 1:
+            hardlinks[(st.st_dev, st.st_ino)] = info.name
+    return info
 
 
 def manifest(roots: list[str]) -> dict[str, tuple]:

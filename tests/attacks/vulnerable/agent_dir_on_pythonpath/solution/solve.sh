@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sed -i 's/true/false/' /app/config.json

@@ -1,0 +1,5 @@
+"""A tiny adder."""
+
+
+def add(a, b):
+    return a + b + 1

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sed -i 's/a - b/a + b/' /app/calc.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+echo 42 > /app/out.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sed -i 's/false/true/' /app/config.json
