@@ -254,6 +254,23 @@ def test_edits(target: Target) -> str:
     return "inside tests"
 
 
+def link_target(path: str, target: Target) -> str:
+    """The tests' file a link at ``path`` points to: the one of the same name, else their one
+    ``expected*`` file, else ``test.sh``."""
+    base = path.rsplit("/", 1)[-1]
+    names = sorted(target.tests)
+    same = [rel for rel in names if rel.rsplit("/", 1)[-1] == base and rel != "test.sh"]
+    expected = [rel for rel in names if "expected" in rel.rsplit("/", 1)[-1].lower()]
+    return "/tests/" + (same[0] if same else expected[0] if len(expected) == 1 else "test.sh")
+
+
+def test_links(target: Target) -> str:
+    lines = ['link() { rm -rf "$1" 2>/dev/null; mkdir -p "${1%/*}" 2>/dev/null; ln -s "$2" "$1" 2>/dev/null; '
+             "return 0; }"]
+    lines += [f"link {shlex.quote(x)} {shlex.quote(link_target(x, target))}" for x in scratch_paths(target)]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ storage
 def huge_file(target: Target) -> str:
     return 'head -c 67108864 /dev/zero > "$W/agentrl-huge.bin" 2>/dev/null || seq 1 20000000 > "$W/agentrl-huge.bin"'
@@ -290,6 +307,8 @@ ATTACKS: tuple[Attack, ...] = (
            "tests' expected output at every scratch path the tests name and at common ones", tmp_plants),
     Attack("test_edits", "test_edits", "every test file of the tree rewritten to pass (same test names), conftest "
            "emptied, a passing tests/ folder in the working directory", test_edits),
+    Attack("test_links", "test_links", "every path the tests name in the working directory or /tmp becomes a "
+           "link to the tests' file of the same name (or their expected* file): compared with itself", test_links),
     Attack("huge_file", "storage", "a 64 MB file in the working directory", huge_file),
     Attack("deep_tree", "storage", "1,100 nested directories in the working directory, a file at the bottom",
            deep_tree),

@@ -361,37 +361,12 @@ static int mode_arg(int flags, va_list ap) {
     return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, int) : 0;
 }
 
-int open(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    int mode = mode_arg(flags, ap);
-    va_end(ap);
-    return guarded_open(AT_FDCWD, path, flags, mode);
-}
-
-int open64(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    int mode = mode_arg(flags, ap);
-    va_end(ap);
-    return guarded_open(AT_FDCWD, path, flags, mode);
-}
-
-int openat(int dirfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    int mode = mode_arg(flags, ap);
-    va_end(ap);
-    return guarded_open(dirfd, path, flags, mode);
-}
-
-int openat64(int dirfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    int mode = mode_arg(flags, ap);
-    va_end(ap);
-    return guarded_open(dirfd, path, flags, mode);
-}
+/* open, open64, openat, openat64: the mode argument is there only with O_CREAT or O_TMPFILE. */
+#define MODE(flags) ({ va_list ap; va_start(ap, flags); int m = mode_arg(flags, ap); va_end(ap); m; })
+int open(const char *path, int flags, ...) { return guarded_open(AT_FDCWD, path, flags, MODE(flags)); }
+int open64(const char *path, int flags, ...) { return guarded_open(AT_FDCWD, path, flags, MODE(flags)); }
+int openat(int dirfd, const char *path, int flags, ...) { return guarded_open(dirfd, path, flags, MODE(flags)); }
+int openat64(int dirfd, const char *path, int flags, ...) { return guarded_open(dirfd, path, flags, MODE(flags)); }
 
 int __open_2(const char *path, int flags) { return guarded_open(AT_FDCWD, path, flags, 0); }
 int __open64_2(const char *path, int flags) { return guarded_open(AT_FDCWD, path, flags, 0); }

@@ -28,7 +28,8 @@ def default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _read_exact(fd: int, n: int) -> bytes:
+def read_exact(fd: int, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``fd`` (EOFError at an early end)."""
     out = bytearray()
     while len(out) < n:
         chunk = os.read(fd, n - len(out))
@@ -41,8 +42,8 @@ def _read_exact(fd: int, n: int) -> bytes:
 def read_frame(fd: int) -> dict | None:
     """One frame (4-byte big-endian length + JSON) from ``fd``; None at the end of the input."""
     try:
-        (size,) = struct.unpack(">I", _read_exact(fd, 4))
-        return json.loads(_read_exact(fd, size))
+        (size,) = struct.unpack(">I", read_exact(fd, 4))
+        return json.loads(read_exact(fd, size))
     except EOFError:
         return None
 

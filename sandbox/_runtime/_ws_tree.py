@@ -19,7 +19,7 @@ import stat
 import struct
 import tarfile
 
-from _ws_common import SYSTEM_DIRS  # type: ignore[import-not-found]
+from _ws_common import SYSTEM_DIRS, read_exact  # type: ignore[import-not-found]
 
 FRAME = 1 << 20  # archive bytes per raw frame
 BLOCK = 1 << 20  # bytes read at once when hashing or copying a file
@@ -122,11 +122,11 @@ class FrameReader:
 
     def read(self, n: int = -1) -> bytes:
         while not self.ended and (n < 0 or len(self.buf) < n):
-            (size,) = struct.unpack(">I", _read_exact(self.fd, 4))
+            (size,) = struct.unpack(">I", read_exact(self.fd, 4))
             if size == 0:
                 self.ended = True
             else:
-                self.buf += _read_exact(self.fd, size)
+                self.buf += read_exact(self.fd, size)
         n = len(self.buf) if n < 0 else min(n, len(self.buf))
         data = bytes(self.buf[:n])
         del self.buf[:n]
@@ -137,16 +137,6 @@ class FrameReader:
         while not self.ended:
             self.buf.clear()
             self.read(FRAME)
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = os.read(fd, n - len(out))
-        if not chunk:
-            raise EOFError
-        out += chunk
-    return bytes(out)
 
 
 class Hashing:

@@ -6,9 +6,34 @@ agent's own, deliberately failing, test file."""
 from pathlib import Path
 
 import pytest
+from auditkit import nothing_left
+
+from tests.sandbox.test_workspace import _docker_or_skip
 
 collect_ignore_glob = ["vulnerable/*"]
 HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def clean_after():
+    """Every attack test closes every workspace it opened: nothing of them is left on the host."""
+    yield
+    left = nothing_left()
+    assert not any(left.values()), left
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request):
+    """Each backend (Docker skipped without a daemon, failed without one under CI)."""
+    if request.param == "docker":
+        _docker_or_skip()
+    return request.param
+
+
+@pytest.fixture
+def docker():
+    """Docker, or a skip (a failure under CI)."""
+    _docker_or_skip()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,7 +32,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +39,6 @@ import pytest
 from agentrl.env import make
 from environments.audit import ATTACKS, BY_NAME, Target, attacks, payloads
 from environments.audit.attacks import plant_text, scratch_paths
-from sandbox.workspace.leftovers import leftovers
 
 HERE = Path(__file__).resolve().parent
 VULNERABLE = HERE / "vulnerable"
@@ -54,39 +52,12 @@ CASES = [("import_into_grader", "reward_writer_in_code"), ("trusts_exit_status",
 UNBEATABLE = ["forged_reward_file", "reward_nonfinite", "huge_file", "sparse_file", "deep_tree"]
 
 
-def docker_or_skip() -> None:
-    try:
-        import docker
-
-        docker.from_env(timeout=10).ping()
-    except Exception as exc:  # noqa: BLE001
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but no Docker daemon is reachable: {exc}")
-        pytest.skip(f"no Docker daemon reachable ({type(exc).__name__})")
-
-
-def nothing_left(wait_s: float = 15.0) -> dict:
-    """What this process's workspaces left (empty lists: nothing), after up to ``wait_s`` for closing ones."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        left = leftovers(os.getpid())
-        if not any(left.values()) or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def env():
     e = make(f"harbor:{VULNERABLE}", backend="local")
     yield e
     e.close()
 
-
-@pytest.fixture(autouse=True)
-def clean_after():
-    yield
-    left = nothing_left()
-    assert not any(left.values()), left  # every audit closes every workspace it opened
 
 
 # ------------------------------------------------------------------ the library, without a workspace
@@ -190,8 +161,7 @@ def test_the_whole_library_leaves_a_sound_task_alone(env) -> None:
 @pytest.mark.docker
 @pytest.mark.parametrize("task, attack", [("trusts_exit_status", "exit_zero"), ("agent_dir_on_path", "path_shims"),
                                           ("sound", "sparse_file")])
-def test_the_audit_works_on_docker_too(task: str, attack: str) -> None:
-    docker_or_skip()
+def test_the_audit_works_on_docker_too(docker, task: str, attack: str) -> None:
     env = make(f"harbor:{VULNERABLE}", backend="docker")
     try:
         r = env.audit_task(task, attacks=[attack])

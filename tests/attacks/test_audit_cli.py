@@ -4,9 +4,7 @@ attack), 0 on sound tasks, 2 with a one-line error on bad input; the table and i
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -14,18 +12,9 @@ import pytest
 from agentrl.cli import main
 from agentrl.evaluation.audit import JSON_KEYS
 from environments.audit import BY_NAME
-from sandbox.workspace.leftovers import leftovers
 
 VULNERABLE = Path(__file__).resolve().parent / "vulnerable"
 
-
-@pytest.fixture(autouse=True)
-def clean_after():
-    yield
-    deadline = time.monotonic() + 15
-    while any((left := leftovers(os.getpid())).values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(left.values()), left
 
 
 def folder(tmp_path: Path, *names: str) -> Path:

@@ -7,7 +7,6 @@ fresh process (its peak RSS before and after the episode), as a trainer would se
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from sandbox.workspace import TreeTooLarge, WorkspaceError, WorkspaceLimits, WorkspaceSpec, open_workspace
-from sandbox.workspace.leftovers import leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
@@ -38,16 +36,6 @@ env.close()
 print(json.dumps(out))
 """
 
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    if request.param == "docker":
-        from tests.sandbox.test_workspace import _docker_or_skip
-
-        _docker_or_skip()
-    yield request.param
-    left = leftovers(os.getpid())
-    assert not any(left.values()), left
 
 
 def episode(backend: str, command: str) -> dict:

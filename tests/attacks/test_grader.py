@@ -5,28 +5,16 @@ the reward channel; the verifier's environment comes from nothing the agent wrot
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from sandbox.workspace import WorkspaceLimits, WorkspaceSpec, open_workspace
 from sandbox.workspace.grading import Verdict, read_reward, verify
-from sandbox.workspace.leftovers import leftovers
 
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    if request.param == "docker":
-        from tests.sandbox.test_workspace import _docker_or_skip
-
-        _docker_or_skip()
-    yield request.param
-    left = leftovers(os.getpid())
-    assert not any(left.values()), left
 
 
 def grade(backend: str, tmp_path: Path, agent: str, test_sh: str, env: tuple = (), **files: str) -> Verdict:

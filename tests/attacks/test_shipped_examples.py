@@ -1,26 +1,20 @@
 """The twelve example tasks resist every attack of the library (``agentrl tasks audit examples/tasks``
-reports nothing) on the local backend; on Docker, four of them that cover the verifier shapes (a
-verifier that runs the agent's script, one that runs its unit tests in a testee child, git on its
-repository, a checker program of the grader's). All twelve on Docker take ~3 minutes on 2 cores:
-``agentrl tasks audit examples/tasks --backend docker``."""
+reports nothing) on the local backend; on Docker, the two whose verifiers run the most of the agent's
+(its unit tests, in a testee child; git on its repository). All twelve on Docker take ~3 minutes on 2
+cores: ``agentrl tasks audit examples/tasks --backend docker`` (tests/attacks/test_grader.py attacks
+the other verifier shapes on Docker)."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
-from auditkit import ROOT, audit_clean, nothing_left
+from auditkit import ROOT, audit_clean
 
 EXAMPLES = ROOT / "examples" / "tasks"
-ON_DOCKER = ("backup-script-bug", "failing-unittest", "git-fix-commit", "csv-to-json")
+ON_DOCKER = ("failing-unittest", "git-fix-commit")
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(autouse=True)
-def clean_after():
-    yield
-    left = nothing_left()
-    assert not any(left.values()), left
 
 
 def test_the_example_tasks_resist_every_attack(capsys):
@@ -29,10 +23,7 @@ def test_the_example_tasks_resist_every_attack(capsys):
 
 
 @pytest.mark.docker
-def test_example_tasks_of_each_verifier_shape_resist_every_attack_on_docker(tmp_path, capsys):
-    from tests.sandbox.test_workspace import _docker_or_skip
-
-    _docker_or_skip()
+def test_example_tasks_of_each_verifier_shape_resist_every_attack_on_docker(docker, tmp_path, capsys):
     for name in ON_DOCKER:
         shutil.copytree(EXAMPLES / name, tmp_path / "tasks" / name)
     assert len(audit_clean(tmp_path / "tasks", "docker", capsys)) == len(ON_DOCKER)

@@ -4,18 +4,12 @@ difficulty 1-3), resist every attack of the library on the local backend; one of
 from __future__ import annotations
 
 import pytest
-from auditkit import audit_clean, export, nothing_left, sample
+from auditkit import audit_clean, export, sample
 
 from environments.terminal.catalog import load_all
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(autouse=True)
-def clean_after():
-    yield
-    left = nothing_left()
-    assert not any(left.values()), left
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +24,5 @@ def test_every_terminal_family_resists_every_attack(exported, capsys):
 
 
 @pytest.mark.docker
-def test_a_terminal_task_resists_every_attack_on_docker(exported, tmp_path, capsys):
-    from tests.sandbox.test_workspace import _docker_or_skip
-
-    _docker_or_skip()
+def test_a_terminal_task_resists_every_attack_on_docker(docker, exported, tmp_path, capsys):
     assert len(audit_clean(sample(exported, tmp_path / "one"), "docker", capsys)) == 1
