@@ -150,3 +150,44 @@ def test_links_into_the_graders_directories_are_removed_before_grading(backend, 
               "else echo 0 > /logs/verifier/reward.txt; fi\n", expected__txt="42\n")
     assert v.error is None and v.reward == 0.0, v
     assert "2 link(s) into the grader's directories were removed" in v.output and " h -> /etc/hostname" in v.output
+
+
+def test_env_lines_expand_over_the_base_images_path():
+    from sandbox.workspace.dockerfile import BASE_ENV, parse_dockerfile
+
+    env = dict(parse_dockerfile("FROM x\nENV PATH=/root/.local/bin:$PATH A=${NOPE:-dflt} B=${PATH:+set}\n").env)
+    assert env == {"PATH": "/root/.local/bin:" + BASE_ENV["PATH"], "A": "dflt", "B": "set"}
+
+
+def test_a_task_path_with_agent_directories_keeps_the_systems_part_for_the_verifier(backend, tmp_path):
+    # ENV PATH=/root/.local/bin:$PATH (uv, pipx): the agent's shell finds its tools, the verifier never does.
+    from sandbox.workspace.dockerfile import parse_dockerfile
+
+    env = parse_dockerfile("FROM x\nENV PATH=/root/.local/bin:$PATH\n").env
+    v = grade(backend, tmp_path, "ls >/dev/null && mkdir -p /root/.local/bin && printf '#!/bin/sh\\necho SHIM\\n' "
+              "> /root/.local/bin/ls && chmod +x /root/.local/bin/ls && [ \"$(ls)\" = SHIM ]",
+              "out=$(ls /app); echo \"path=$PATH\"; [ \"$out\" != SHIM ] && echo 0 > /logs/verifier/reward.txt\n", env=env)
+    assert v.error is None and v.reward == 0.0 and "/root" not in v.output, v
+
+
+def test_on_docker_the_images_own_directories_stay_the_images(docker, tmp_path):
+    # An image's /opt/venv is not the agent's: it cannot change it, and the verifier gets the image's copy.
+    from sandbox.workspace.grading import verify
+
+    context = tmp_path / "ctx"
+    context.mkdir()
+    dockerfile = ("FROM agentrl-no-such-image:1\nRUN mkdir -p /opt/venv/bin && printf '#!/bin/sh\\necho IMAGE\\n' > "
+                  "/opt/venv/bin/tool && chmod 755 /opt/venv/bin/tool\nENV PATH=/opt/venv/bin:$PATH\nWORKDIR /app\n")
+    spec = WorkspaceSpec(dockerfile=dockerfile, context=str(context), workdir="/app", name="image-dirs",
+                         env=(("PATH", "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),))
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("#!/bin/bash\nout=$(tool); echo \"tool=$out\"\n"
+                                   "[ \"$out\" = IMAGE ] && echo 0 > /logs/verifier/reward.txt\n")
+    with open_workspace(spec, "docker") as ws:
+        r = ws.exec("printf '#!/bin/sh\\necho AGENT\\n' > /opt/venv/bin/tool; echo rc=$?; tool")
+        assert "rc=1" in r.output and r.output.strip().endswith("IMAGE"), r.output
+        tree = ws.seal()
+    assert not any(p.startswith("/opt") for p in tree.files()), sorted(tree.files())[:5]
+    v = verify(spec, tree, str(tests), backend="docker", timeout_s=60)
+    assert v.error is None and v.reward == 0.0 and "tool=IMAGE" in v.output, v
