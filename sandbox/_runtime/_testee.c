@@ -126,21 +126,28 @@ static int drop_capabilities(void) {
             | now[1].inheritable) ? -1 : 0;
 }
 
-/* Pipes and sockets the program inherits become the testee's, so that it can reopen them by path
- * (/dev/fd/63 of a process substitution, /dev/stdin of a pipeline): it holds them already. */
-static void hand_over_pipes(void) {
+/* What the program inherits: pipes and sockets become the testee's, so that it can reopen them by
+ * path (/dev/fd/63 of a process substitution, /dev/stdin of a pipeline: it holds them already); a
+ * file of the grader's open for writing on a descriptor past 2 (`exec 3> reward.txt`) is closed, so
+ * that the code under test cannot write through it (0, 1 and 2 are the command's own redirections). */
+static void hand_over_descriptors(void) {
     struct stat st;
     for (int fd = 0; fd < 1024; fd++) {
         long flags = syscall(SYS_fcntl, fd, F_GETFD, 0);
         if (flags < 0 || (flags & FD_CLOEXEC)) continue;
         if (syscall(SYS_fstat, fd, &st) != 0) continue;
-        if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) syscall(SYS_fchown, fd, testee_uid, testee_gid);
+        if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+            syscall(SYS_fchown, fd, testee_uid, testee_gid);
+        } else if (fd > 2 && S_ISREG(st.st_mode) && st.st_uid != (unsigned long)testee_uid
+                   && (syscall(SYS_fcntl, fd, F_GETFL, 0) & O_ACCMODE) != O_RDONLY) {
+            syscall(SYS_close, fd);
+        }
     }
 }
 
 static int become_testee(void) {
     if (testee_uid <= 0 || testee_gid <= 0) return -1;
-    hand_over_pipes();
+    hand_over_descriptors();
     if (syscall(SYS_setgroups, 0, NULL) != 0) return -1;
     if (syscall(SYS_setresgid, testee_gid, testee_gid, testee_gid) != 0) return -1;
     if (syscall(SYS_setresuid, testee_uid, testee_uid, testee_uid) != 0) return -1;

@@ -191,3 +191,10 @@ def test_on_docker_the_images_own_directories_stay_the_images(docker, tmp_path):
     assert not any(p.startswith("/opt") for p in tree.files()), sorted(tree.files())[:5]
     v = verify(spec, tree, str(tests), backend="docker", timeout_s=60)
     assert v.error is None and v.reward == 0.0 and "tool=IMAGE" in v.output, v
+
+
+def test_a_reward_file_the_verifier_keeps_open_does_not_reach_the_testee(backend, tmp_path):
+    agent = "printf '#!/bin/bash\\nfor n in 3 4 5 6 7 8 9; do echo 1 >&$n; done 2>/dev/null\\n' > /app/run.sh"
+    v = grade(backend, tmp_path, agent, "exec 3> /logs/verifier/reward.txt\necho 0 >&3\nbash /app/run.sh\n"
+              "cat /logs/verifier/reward.txt\n")
+    assert v.error is None and v.reward == 0.0, v
