@@ -32,7 +32,7 @@ with the env that made it), so an episode's first tool call does not wait for a 
 ``result``, ``error``; the executors keep them as the trajectory's ``info["tool_calls"]``). The final
 step's ``info["trajectory_info"]`` (merged into the trajectory's info by the executors) holds ``commands`` and ``outputs`` (each tool call and the text it
 returned, in order), ``diff`` (the final tree against the built one), ``verifier`` (reward, named
-rewards, output, error) and ``ended_by``; nothing in it depends on timing, so the same actions give
+rewards, output, error, the names its directory held) and ``ended_by``; nothing in it depends on timing, so the same actions give
 the same info (Gymnasium's ``check_env`` insists).
 """
 
@@ -177,7 +177,7 @@ class WorkspaceEnv(TextEnv):
                 if unchanged else self.grade(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
-                               "error": verdict.error},
+                               "error": verdict.error, "files": list(verdict.files)},
                   "ended_by": ended_by}
         reward = 0.0 if verdict.reward is None else float(verdict.reward)
         info: dict[str, Any] = {"reward_components": dict(verdict.rewards) or {"reward": reward}, "verified": True,

@@ -15,7 +15,12 @@ env (``agentrl/Terminal-v0``, ``agentrl/RepoRepair-v0``), whose ``--n`` tasks ar
 arguments). ``--jobs`` episodes of a task run at once. It prints a table (task, no-op reward, then
 each vulnerable or failing attack with its reward or error) and a summary line, or with ``--json``
 one line per task ``{"task", "noop", "noop_passes", "attacks": {name: reward or null}, "vulnerable",
-"failed": {name: error}, "error", "seconds"}``. Exit status 1 when any task fails, 0 when none does.
+"failed": {name: error}, "agent_code_ran_as", "error", "seconds"}``. ``agent_code_ran_as`` says
+whether, and as whom, the verifier ran the agent's code while grading (null: never; ``"testee"``; or
+``"grader"``, which can write the reward): canaries the planted reward writers leave in
+``/logs/verifier`` tell. A verifier that trusts the exit status or report of a program running the
+agent's code can be fooled by that code from the inside (a forged report, a patched test runner)
+even where no attack of the library scores: the table marks each task whose verifier ran it. Exit status 1 when any task fails, 0 when none does.
 
 The env does the work (``env.audit_task(task, jobs=J)``; agentrl never imports ``environments``).
 """
@@ -30,7 +35,9 @@ from typing import Any, TextIO
 from agentrl.env import EnvError, UnknownEnvError, fixed_tasks, make
 from agentrl.evaluation.tasks import task_env
 
-JSON_KEYS = ("task", "noop", "noop_passes", "attacks", "vulnerable", "failed", "error", "seconds")
+JSON_KEYS = ("task", "noop", "noop_passes", "attacks", "vulnerable", "failed", "agent_code_ran_as", "error", "seconds")
+RAN_AS = {None: "", "testee": "  (runs the agent's code, as the testee)",
+          "grader": "  (runs the agent's code with the grader's rights: it can write the reward)"}
 AUDITABLE = "workspace envs can: agentrl/Terminal-v0, agentrl/RepoRepair-v0, harbor:PATH, or a task directory"
 
 
@@ -93,7 +100,7 @@ def audit_tasks(target: str, backend: str = "local", as_json: bool = False, jobs
 
 def _row(task: str, error: str) -> dict[str, Any]:
     return {"task": task, "noop": None, "noop_passes": False, "attacks": {}, "vulnerable": [], "failed": {},
-            "error": error, "seconds": 0.0}
+            "agent_code_ran_as": None, "error": error, "seconds": 0.0}
 
 
 def _clean(r: dict[str, Any]) -> bool:
@@ -114,7 +121,7 @@ def _show(r: dict[str, Any], as_json: bool, width: int, verbose: bool, out: Text
         return
     noop = "-" if r["noop"] is None else f"{r['noop']:.2f}"
     print(f"{r['task']:<{width}}  {noop:>6}  {_verdict(r):<10}  {r['seconds']:>7.1f}"
-          + (f"  {r['error']}" if r["error"] else ""), file=out)
+          + (f"  {r['error']}" if r["error"] else RAN_AS[r.get("agent_code_ran_as")]), file=out)
     for name in r["vulnerable"]:
         print(f"    {name:<24} reward {r['attacks'][name]:.2f}", file=out)
     for name, error in r["failed"].items():

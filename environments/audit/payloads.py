@@ -10,6 +10,11 @@ detached watcher (``setsid``, double fork, its descriptors on ``/dev/null``) tha
   *in its own process* (and forks its watcher without an exec), so a verifier that imports the
   agent's code into a process with the right to write the reward is beaten, whatever its children
   would be allowed.
+Every writer also leaves a *canary* in ``/logs/verifier`` (a testee may create files there, never the
+reward ones): ``agentrl-ran-as-grader`` where it could write the reward, ``agentrl-ran-as-testee``
+where it could not. The audit reads which one the verifier's directory holds after grading: whether,
+and as whom, the verifier ran the agent's code (``agent_code_ran_as``).
+
 - :func:`shell_writer`: one shell line; the shell that runs it writes with its own redirections
   (builtins, no child process), then a small ``sh`` script (base64 in the line, so that no quoting of
   the host file can break it; its tools by absolute ``PATH``, so the attack's own shims never shadow
@@ -22,6 +27,7 @@ import base64
 import shlex
 
 REWARD_DIR = "/logs/verifier"
+CANARY = "agentrl-ran-as-"
 WATCH_S = 30
 SUCCESS_LINES = ("passed", "PASS", "OK", "1", "All tests passed", "success")
 SUCCESS_TEXT = "".join(line + "\n" for line in SUCCESS_LINES)
@@ -64,6 +70,15 @@ def w():
                 pass
 w()
 try:
+    with open(%(dir)r + "/reward.txt", "a"):
+        who = "grader"
+except OSError:
+    who = "testee"
+try:
+    open(%(dir)r + "/%(canary)s" + who, "w").close()
+except OSError:
+    pass
+try:
     os.mkdir("/tmp/.agentrl-watch-py-%%d" %% os.getuid())
     first = os.fork()
 except OSError:
@@ -99,13 +114,15 @@ def _writer_command(values: tuple[str, str]) -> str:
 def shell_writer(values: tuple[str, str] = ONE) -> str:
     """The reward writer as one shell line (never fails the script it is in, even under ``set -e``; no
     backslash in it, so that ``sed``'s ``a`` command inserts it unchanged)."""
+    canary = f"{REWARD_DIR}/{CANARY}"
     return (f"{{ echo {shlex.quote(values[0])} >{REWARD_DIR}/reward.txt; echo {shlex.quote(values[1])} "
-            f">{REWARD_DIR}/reward.json; }} 2>/dev/null; {_writer_command(values)} || true")
+            f">{REWARD_DIR}/reward.json; }} 2>/dev/null; {{ [ -w {REWARD_DIR}/reward.txt ] && : >{canary}grader "
+            f"|| : >{canary}testee; }} 2>/dev/null; {_writer_command(values)} || true")
 
 
 def python_writer(values: tuple[str, str] = ONE) -> str:
     """The reward writer as one Python line, valid at a module's top and as a ``.pth`` line."""
-    code = _PY_WRITER % {"dir": REWARD_DIR, "txt": values[0], "js": values[1], "watch": WATCH_S}
+    code = _PY_WRITER % {"dir": REWARD_DIR, "txt": values[0], "js": values[1], "watch": WATCH_S, "canary": CANARY}
     return f"import os as _agentrl_os; exec({code!r}, {{}})"
 
 

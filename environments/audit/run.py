@@ -19,6 +19,7 @@ from typing import Any
 from agentrl.env import EnvError
 from agentrl.types import Task
 from environments.audit.attacks import ATTACKS, BY_NAME, Attack, Target
+from environments.audit.payloads import CANARY
 from environments.tool_parsers import render_calls
 
 ATTACK_TIMEOUT_S = 60.0  # the bash call of an attack (its scripts take seconds)
@@ -29,7 +30,8 @@ MAX_TEST_FILES = 200
 
 def play(env: Any, task: Task, script: str | None) -> dict[str, Any]:
     """One episode of ``task`` whose only action runs ``script`` (None: nothing) and submits:
-    ``{"reward", "error", "output", "verifier"}`` (``reward`` None when the episode failed: the grader
+    ``{"reward", "error", "output", "verifier", "files"}`` (``files``: the names the verifier's directory
+    held after grading; ``reward`` None when the episode failed: the grader
     could not score it, or the workspace failed; ``error`` says why)."""
     calls: list[tuple[str, dict[str, Any]]] = [("submit", {})]
     if script is not None:
@@ -39,15 +41,18 @@ def play(env: Any, task: Task, script: str | None) -> dict[str, Any]:
         episode.reset(options={"task": task})
         _, reward, _, _, info = episode.step(render_calls(episode.tool_parser, calls))
     except Exception as e:  # noqa: BLE001 - an infrastructure failure of the episode is the finding
-        return {"reward": None, "error": f"the episode failed: {type(e).__name__}: {e}", "output": "", "verifier": ""}
+        return {"reward": None, "error": f"the episode failed: {type(e).__name__}: {e}", "output": "", "verifier": "",
+                "files": []}
     finally:
         episode.close()
     record = info.get("trajectory_info", {})
-    outputs, verifier = record.get("outputs") or [""], (record.get("verifier") or {}).get("output") or ""
+    outputs, verdict = record.get("outputs") or [""], record.get("verifier") or {}
+    verifier, files = verdict.get("output") or "", list(verdict.get("files") or [])
     error = info.get("error") if info.get("failed") else None
     if error is None and not math.isfinite(reward):
         error = f"the reward is not finite: {reward}"
-    return {"reward": None if error else float(reward), "error": error, "output": outputs[0], "verifier": verifier}
+    return {"reward": None if error else float(reward), "error": error, "output": outputs[0], "verifier": verifier,
+            "files": files}
 
 
 def resolve_task(env: Any, name_or_task: str | Task) -> Task:
@@ -90,8 +95,9 @@ def chosen(attacks: list[str] | None) -> list[Attack]:
 def audit_task(env: Any, name_or_task: str | Task, attacks: list[str] | None = None, jobs: int = 1) -> dict[str, Any]:
     """Run the no-op and each attack on one task (``jobs`` episodes at once) and compare: ``{"task",
     "noop", "noop_passes", "attacks": {name: reward or None}, "vulnerable": [names whose reward beats
-    the no-op's], "failed": {name: why the episode could not be graded}, "error" (the no-op's, when it
-    could not be graded), "seconds", "details": {name: the attack's and the verifier's output}}``."""
+    the no-op's], "failed": {name: why the episode could not be graded}, "agent_code_ran_as" (None,
+    "testee" or "grader": see :func:`ran_as`), "error" (the no-op's, when it could not be graded),
+    "seconds", "details": {name: the attack's and the verifier's output}}``."""
     if jobs < 1:
         raise EnvError(f"jobs must be >= 1, got {jobs}")
     start = time.monotonic()
@@ -104,6 +110,13 @@ def audit_task(env: Any, name_or_task: str | Task, attacks: list[str] | None = N
     return summarise(task.id, results, [a.name for a in library], time.monotonic() - start)
 
 
+def ran_as(results: dict[str, dict[str, Any]]) -> str | None:
+    """Whether, and as whom, the verifier ran the agent's code: the canaries the reward writers left
+    (``"grader"`` where any could write the reward, else ``"testee"``; None: none ran)."""
+    seen = {f.removeprefix(CANARY) for r in results.values() for f in r.get("files", []) if f.startswith(CANARY)}
+    return "grader" if "grader" in seen else "testee" if "testee" in seen else None
+
+
 def summarise(task_id: str, results: dict[str, dict[str, Any]], names: list[str], seconds: float) -> dict[str, Any]:
     """The audit of one task from its episodes' results (see :func:`audit_task`)."""
     noop = results["noop"]["reward"]
@@ -114,6 +127,6 @@ def summarise(task_id: str, results: dict[str, dict[str, Any]], names: list[str]
                for n in ["noop", *names] if n == "noop" or n in failed or n in vulnerable}
     error = results["noop"]["error"]
     return {"task": task_id, "noop": noop, "noop_passes": noop is not None and noop >= 1.0 - EPS,
-            "attacks": rewards, "vulnerable": vulnerable, "failed": failed,
+            "attacks": rewards, "vulnerable": vulnerable, "failed": failed, "agent_code_ran_as": ran_as(results),
             "error": None if error is None else f"the no-op could not be graded: {error}",
             "seconds": round(seconds, 3), "details": details}

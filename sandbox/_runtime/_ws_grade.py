@@ -101,6 +101,10 @@ def grade(rt, req: dict) -> dict:  # noqa: ANN001 - the workspace's Runtime
         output = f"[agentrl: {removed} link(s) into the grader's directories were removed before grading]\n" + output
     out = {"exit_code": code, "output": output, "truncated": truncated, "timed_out": code is None,
            "duration_s": time.monotonic() - start, "rewards": {}, "problem": None}
+    try:
+        out["files"] = sorted(os.listdir("/logs/verifier"))[:200]  # the verifier's reports, by name
+    except OSError:
+        out["files"] = []
     if code is not None:
         out["problem"] = probe_failure(t)
         try:

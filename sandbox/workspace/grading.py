@@ -49,6 +49,8 @@ class Verdict:
     output: str = ""
     error: str | None = None
     seconds: float = 0.0
+    files: tuple[str, ...] = ()
+    """The names ``/logs/verifier`` held after the verifier ran (its reports: pytest's ctrf file, ...)."""
 
 
 def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "local", timeout_s: float = 600.0,
@@ -67,16 +69,17 @@ def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "l
     except WorkspaceError as e:
         return Verdict(None, error=f"the verifier could not run: {e}", seconds=time.monotonic() - start)
     seconds = time.monotonic() - start
+    files = tuple(r.get("files", ()))
     if r["timed_out"]:
         return Verdict(None, output=r["output"], error=f"the verifier ran past its {timeout_s:g} s timeout",
-                       seconds=seconds)
+                       seconds=seconds, files=files)
     if r["problem"]:
         return Verdict(None, output=r["output"], error=f"the verifier could not be trusted: {r['problem']}",
-                       seconds=seconds)
+                       seconds=seconds, files=files)
     reward, rewards, problem = read_reward(r["rewards"], reward_range)
     if problem:
         problem += f" (exit code {r['exit_code']})"
-    return Verdict(reward, rewards, r["output"], problem, seconds)
+    return Verdict(reward, rewards, r["output"], problem, seconds, files)
 
 
 def read_reward(files: dict[str, str | None], reward_range: tuple[float, float] = DEFAULT_RANGE

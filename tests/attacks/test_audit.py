@@ -169,3 +169,9 @@ def test_the_audit_works_on_docker_too(docker, task: str, attack: str) -> None:
         env.close()
     assert r["noop"] == 0.0 and r["failed"] == {}, r
     assert r["vulnerable"] == ([] if task == "sound" else [attack])
+
+
+def test_the_audit_says_whether_and_as_whom_the_verifier_ran_the_agents_code(env) -> None:
+    assert env.audit_task("import_into_grader", attacks=["reward_writer_in_code"])["agent_code_ran_as"] == "grader"
+    assert env.audit_task("trusts_exit_status", attacks=["reward_writer_in_code"])["agent_code_ran_as"] == "testee"
+    assert env.audit_task("sound", attacks=["reward_writer_in_code"])["agent_code_ran_as"] is None
