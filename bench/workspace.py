@@ -7,10 +7,10 @@ round trip, grading (seal + a fresh workspace + the verifier), and many workspac
 
 Prints one table, p50 / p99 in milliseconds. Anchors (issue 28): a local Docker cold start is
 2-5 s, hosted sandboxes claim 60-90 ms; the local backend should start in <= 50 ms p50 (from the
-pool) and exec in <= 10 ms. ``--grade-before DIR`` compares grading with another checkout (a
-``git worktree`` of an earlier commit): each round grades ``--grades`` times in a fresh process of
-each checkout, A/B interleaved, and the table gives both p50s and their ratio per backend. Run it on
-a quiet machine, one compute process at a time.
+pool) and exec in <= 10 ms. ``--grade-before DIR`` grades A/B against another checkout (a ``git
+worktree`` of an earlier commit): ``--rounds`` rounds, each ``--grades`` grades in a fresh process of
+that checkout, then of this one; the table has both rows and their p50 ratio. Run it on a quiet
+machine, one compute process at a time.
 """
 
 from __future__ import annotations
@@ -110,19 +110,36 @@ def grade_worker(root: str, backend: str, n: int, tests: str) -> list[float]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def compare_grades(before: str, backends: list[str], rounds: int, n: int, tests: str) -> None:
-    """Grading in this checkout against ``before``, A/B interleaved (see the module docstring)."""
+def compare_grades(before: str, backend: str, rounds: int, n: int, tests: str) -> dict[str, list[float]]:
+    """Grades in this checkout and in ``before``, A/B interleaved (see the module docstring): the times
+    of each, keyed ``after`` and ``before``."""
     after = str(Path(__file__).resolve().parents[1])
-    print(f"| backend | before p50 ms | after p50 ms | after / before | before p99 | after p99 |  "
-          f"({rounds} rounds x {n} grades each)\n|---|---:|---:|---:|---:|---:|")
-    for b in backends:
-        got: dict[str, list[float]] = {before: [], after: []}
-        for _ in range(rounds):
-            for root in (before, after):
-                got[root] += grade_worker(root, b, n, tests)
-        p_b, p_a = pct(got[before], 0.5), pct(got[after], 0.5)
-        print(f"| {b} | {p_b:,.1f} | {p_a:,.1f} | {p_a / p_b:.2f}x | {pct(got[before], 0.99):,.1f} | "
-              f"{pct(got[after], 0.99):,.1f} |", flush=True)
+    got: dict[str, list[float]] = {"before": [], "after": []}
+    for _ in range(rounds):
+        got["before"] += grade_worker(before, backend, n, tests)
+        got["after"] += grade_worker(after, backend, n, tests)
+    return got
+
+
+def measure(b: str, args: argparse.Namespace, tests: str) -> list[tuple[str, str, int, float, float]]:
+    """The table's rows for backend ``b``."""
+    measured = {"cold start": cold_starts(b, args.starts), "start from pool": pool_starts(b, args.starts),
+                "exec round trip": execs(b, args.execs)}
+    if args.grade_before:
+        got = compare_grades(args.grade_before, b, args.rounds, args.grades, tests)
+        measured["grade (seal + verify)"] = got["after"]
+        measured[f"grade, checkout {Path(args.grade_before).name} (A/B)"] = got["before"]
+    else:
+        measured["grade (seal + verify)"] = grades(b, args.grades, tests)
+    rows = [(b, name, len(xs), pct(xs, 0.5), pct(xs, 0.99)) for name, xs in measured.items()]
+    if args.grade_before:
+        ratio = pct(measured["grade (seal + verify)"], 0.5) / pct(got["before"], 0.5)
+        rows.append((b, f"grade, this / that checkout (p50): {ratio:.2f}x", 1, float("nan"), float("nan")))
+    if args.concurrent:
+        secs, ok = concurrent(b, args.concurrent)
+        rows.append((b, f"{args.concurrent} at once ({'all' if ok == args.concurrent else ok} ok), total", 1,
+                     secs * 1000, float("nan")))
+    return rows
 
 
 def main() -> None:
@@ -132,28 +149,16 @@ def main() -> None:
     ap.add_argument("--execs", type=int, default=200)
     ap.add_argument("--grades", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=64)
-    ap.add_argument("--grade-before", default=None, metavar="DIR", help="compare grading with this checkout")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--grade-before", default=None, metavar="DIR", help="grade A/B against this checkout too")
+    ap.add_argument("--rounds", type=int, default=5, help="with --grade-before: rounds of --grades each")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tests:
         Path(tests, "test.sh").write_text(TEST_SH)
-        if args.grade_before:
-            compare_grades(args.grade_before, args.backends, args.rounds, args.grades, tests)
-            return
-        rows = []
-        for b in args.backends:
-            measured = {"cold start": cold_starts(b, args.starts), "start from pool": pool_starts(b, args.starts),
-                        "exec round trip": execs(b, args.execs), "grade (seal+verify)": grades(b, args.grades, tests)}
-            for name, xs in measured.items():
-                rows.append((b, name, len(xs), pct(xs, 0.5), pct(xs, 0.99)))
-            if args.concurrent:
-                secs, ok = concurrent(b, args.concurrent)
-                rows.append((b, f"{args.concurrent} at once: {ok} ok, total", 1, secs * 1000, secs * 1000))
+        rows = [row for b in args.backends for row in measure(b, args, tests)]
     print("| backend | measure | n | p50 ms | p99 ms |\n|---|---|---:|---:|---:|")
     for b, name, n, p50, p99 in rows:
-        print(f"| {b} | {name} | {n} | {p50:,.1f} | {p99:,.1f} |")
-
-
+        cells = ["" if x != x else f"{x:,.1f}" for x in (p50, p99)]  # nan: no such figure
+        print(f"| {b} | {name} | {n} | {cells[0]} | {cells[1]} |")
 
 if __name__ == "__main__":
     main()

@@ -198,3 +198,17 @@ def test_a_reward_file_the_verifier_keeps_open_does_not_reach_the_testee(backend
     v = grade(backend, tmp_path, agent, "exec 3> /logs/verifier/reward.txt\necho 0 >&3\nbash /app/run.sh\n"
               "cat /logs/verifier/reward.txt\n")
     assert v.error is None and v.reward == 0.0, v
+
+
+def test_a_grader_programs_system_and_popen_start_testees_and_posix_spawn_is_refused(backend, tmp_path):
+    check = ("import ctypes, os, subprocess\nlibc = ctypes.CDLL(None)\nlibc.popen.restype = ctypes.c_void_p\n"
+             "f = libc.popen(b'id -u > /tmp/popen.txt', b'r'); libc.pclose(ctypes.c_void_p(f))\n"
+             "os.system('id -u > /tmp/system.txt')\n"
+             "try:\n    os.posix_spawn('/usr/bin/id', ['id'], dict(os.environ)); spawn = 'ran'\n"
+             "except OSError:\n    spawn = 'refused'\n"
+             "me = str(os.getuid())\nids = [open(p).read().strip() for p in ('/tmp/popen.txt', '/tmp/system.txt')]\n"
+             "print('ids', ids, 'me', me, 'spawn', spawn)\n"
+             "ok = all(i and i != me for i in ids) and spawn == 'refused'\n"
+             "open('/logs/verifier/reward.txt', 'w').write('0.5' if ok else '0')\n")
+    v = grade(backend, tmp_path, "true", "python3 /tests/check.py\n", check__py=check)
+    assert v.error is None and v.reward == 0.5, v
