@@ -91,3 +91,31 @@ def test_trainer_refills_and_penalises(tmp_path):
     drawn = trainer.tasks.drawn
     assert drawn >= 2 and (metrics["dynamic/refill_rounds"] == 0 or drawn > 2)
     assert metrics["reward/mean"] < 0  # the untrained model runs into the budget: penalised
+
+
+def test_compaction_summaries_are_not_turns_for_the_overlong_penalty():
+    """A 22-turn episode with turns of at most 3 of 4 tokens and two 8-token summaries (their own budget):
+    no turn is overlong, so no penalty (issue 43: the summaries were charged, reward 1.0 -> 0.0)."""
+    from agentrl.types import ContextReset
+
+    def turns(n: int) -> list[Segment]:
+        return [s for _ in range(n) for s in (Segment([5, 5, 5], True, [0.0] * 3), Segment([9], False))]
+
+    summary = Segment([7] * 8, True, [0.0] * 8)
+    t = Trajectory(prompt_ids=[1], segments=turns(8) + [summary], reward=1.0, task_id="t", group_id=0,
+                   resets=[ContextReset("compact", [1, 7], turns(7) + [summary]), ContextReset("compact", [1, 7], turns(7))],
+                   info={"summaries": ["s1", "s2"]})
+    apply_overlong_penalty([t], max_tokens=4, buffer=1, penalty=1.0)
+    assert t.reward == 1.0 and t.info["overlong_penalty"] == 0.0
+    t.resets[-1].segments.append(Segment([5] * 4, True, [0.0] * 4))  # one turn at the budget: penalised
+    t.reward = 1.0
+    apply_overlong_penalty([t], max_tokens=4, buffer=1, penalty=1.0)
+    assert t.reward == pytest.approx(0.0)
+
+
+def test_a_summary_that_ended_the_episode_is_not_a_turn_either():
+    summary = Segment([7] * 8, True, [0.0] * 8)
+    t = Trajectory(prompt_ids=[1], segments=[Segment([5, 5], True, [0.0] * 2), Segment([9], False), summary],
+                   reward=1.0, task_id="t", group_id=0, info={"summaries": ["s"], "end_reason": "context_full"})
+    apply_overlong_penalty([t], max_tokens=4, buffer=1, penalty=1.0)
+    assert t.info["overlong_penalty"] == 0.0

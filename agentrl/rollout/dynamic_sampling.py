@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentrl.types import Trajectory
+from agentrl.types import Segment, Trajectory
 
 
 def informative(trajs: list[Trajectory]) -> list[Trajectory]:
@@ -61,11 +61,26 @@ def overlong_penalty(length: int, max_tokens: int, buffer: int, penalty: float =
     return -penalty * min(1.0, (length - start) / buffer)
 
 
+def turn_actions(t: Trajectory) -> list[Segment]:
+    """The episode's turns, of every context: its action segments but the compaction summaries (the last
+    action of a context that a compaction rebuilt, or of an episode a compaction ended), which have
+    their own budget (``rollout.context.summary_tokens``)."""
+    samples = t.samples()
+    summaries = len(t.info.get("summaries") or [])
+    out: list[Segment] = []
+    for i, (_, segs) in enumerate(samples):
+        actions = [s for s in segs if s.is_action]
+        compacted = t.resets[i].reason == "compact" if i < len(t.resets) else \
+            summaries > sum(r.reason == "compact" for r in t.resets)  # the last: a summary that did not fit
+        out += actions[:-1] if compacted and actions else actions
+    return out
+
+
 def apply_overlong_penalty(trajs: list[Trajectory], max_tokens: int, buffer: int, penalty: float) -> None:
-    """Add the penalty of each trajectory's longest turn (of any of its contexts) to its reward
-    (``info["overlong_penalty"]``)."""
+    """Add the penalty of each trajectory's longest turn (of any of its contexts; summaries are not turns:
+    :func:`turn_actions`) to its reward (``info["overlong_penalty"]``)."""
     for t in trajs:
-        longest = max((len(s.token_ids) for _, segs in t.samples() for s in segs if s.is_action), default=0)
+        longest = max((len(s.token_ids) for s in turn_actions(t)), default=0)
         p = overlong_penalty(longest, max_tokens, buffer, penalty)
         t.info["overlong_penalty"] = p
         t.reward = float(t.reward + p)

@@ -13,7 +13,9 @@ with :func:`save_reward_model`):
   tokenizer and re-tokenized as a ``[user: prompt, assistant: response]`` chat when the reward
   model's tokenizer has a chat template, else as ``prompt + response``. Without them the reward
   model must share the policy's vocabulary and scores the trajectory's token ids as they are
-  (prompt ids, then every response segment: actions and feedback);
+  (prompt ids, then every response segment: actions and feedback). An episode whose context was
+  rebuilt (truncated, compacted) is scored on its **last** context, the one that holds how it ended
+  (a compacted context starts with the episode's summary);
 - optionally ``reward_stats.json``: ``{"mean": m, "std": s}``; scores are then ``(raw - m) / s``
   (the reward-model trainer writes the statistics of its training scores, so rewards are about
   unit scale).
@@ -84,17 +86,14 @@ class RewardModel:
 
     def sequences(self, trajectories: list[Trajectory]) -> list[list[int]]:
         """The token ids the reward model reads for each trajectory (see the module docstring)."""
+        contexts = [final_context(t) for t in trajectories]
         if self.tokenizer is None:
-            return [t.prompt_ids + t.response_ids for t in trajectories]
+            return [prompt + response for prompt, response in contexts]
         dec = self.policy_tokenizer
         if dec is None:
             raise ValueError("re-tokenizing for the reward model needs the policy tokenizer")
-        out = []
-        for t in trajectories:
-            prompt = dec.decode(t.prompt_ids, skip_special_tokens=True)
-            response = dec.decode(t.response_ids, skip_special_tokens=True)
-            out.append(self.encode_text(prompt, response))
-        return out
+        return [self.encode_text(dec.decode(prompt, skip_special_tokens=True),
+                                 dec.decode(response, skip_special_tokens=True)) for prompt, response in contexts]
 
     def encode_text(self, prompt: str, response: str) -> list[int]:
         """Reward-model token ids of a (prompt, response) pair in text."""
@@ -131,6 +130,13 @@ class RewardModel:
     def score_texts(self, prompts: list[str], responses: list[str]) -> list[float]:
         """One reward per (prompt, response) text pair."""
         return self.score_ids([self.encode_text(p, r) for p, r in zip(prompts, responses)])
+
+
+def final_context(t: Trajectory) -> tuple[list[int], list[int]]:
+    """(prompt ids, response ids) of the episode's last context: the only context when it was never
+    rebuilt; after a truncation or compaction, the one in which the episode ended."""
+    prompt, segments = t.samples()[-1]
+    return list(prompt), [tok for s in segments for tok in s.token_ids]
 
 
 def save_reward_model(model: Any, path: str | Path, tokenizer: Any = None,

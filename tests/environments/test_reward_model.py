@@ -106,3 +106,25 @@ def test_unverified_samples_are_scored_by_the_reward_model_in_training(policy: t
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines if "reward/std" in m] == [1, 2]
     assert any(m["reward/std"] > 0 for m in lines if "reward/std" in m)
+
+
+def test_an_episode_whose_context_was_rebuilt_is_scored_on_its_last_context(policy: tuple[Path, Any],
+                                                                            tmp_path: Path) -> None:
+    """Two episodes that differ only after a compaction get different scores (issue 43: only the first
+    context reached the reward model, so how the episode ended never did)."""
+    from agentrl.types import ContextReset
+
+    path, tok = policy
+    rm = RewardModel.load(tiny_rm(path, tmp_path / "rm"), tokenizer=tok, device="cpu")
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    first = [Segment(enc(" guess 5"), True, []), Segment(enc(" too low"), False), Segment(enc(" summary"), True, [])]
+
+    def episode(ending: str) -> Trajectory:
+        rebuilt = enc("Find the number.") + enc(" summary") + enc(" too low")
+        return Trajectory(enc("Find the number."), list(first), 0.0, "a", 0,
+                          resets=[ContextReset("compact", rebuilt, [Segment(enc(ending), True, [])])])
+
+    won, lost = episode(" guess 7: found it"), episode(" guess 9: out of guesses")
+    assert rm.sequences([won])[0][-len(enc(" guess 7: found it")):] == enc(" guess 7: found it")
+    a, b = rm.score([won, lost])
+    assert a != b
