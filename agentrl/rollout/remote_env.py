@@ -10,7 +10,10 @@ samples see the same task wherever they run).
 healthy server with the fewest episodes in flight. A server that refuses a connection, drops it or
 answers a reset with an error is marked down and the reset is retried on another one (``retries``
 times); a down server is probed again (``GET /health``) after ``down_s`` seconds and comes back when
-it answers. A ``step`` is never retried: the episode's state lived on the server, so an episode whose
+it answers. A finished episode's connection is kept for the next episode on its server; one that the
+server closed while it was idle (its ``--idle-timeout``) is not a failure: the reset goes again on a
+new connection. A connection whose reset or step failed or timed out is closed, never kept, so the
+server ends that session (and its workspace) at once. A ``step`` is never retried: the episode's state lived on the server, so an episode whose
 server dies fails (``RemoteEnvError``; the executor marks it ``info["failed"]`` and it leaves the
 loss). ``info["env_server"]`` names the server every episode ran on.
 
@@ -153,18 +156,19 @@ class EnvServerPool:
         for c in stale:
             _close_quietly(c)
 
-    def connection(self, s: Server) -> Any:
-        """An open WebSocket to ``s`` (an idle one of an earlier episode, or a new one)."""
+    def connection(self, s: Server, fresh: bool = False) -> tuple[Any, bool]:
+        """An open WebSocket to ``s`` and whether it was pooled: an idle one of an earlier episode (unless
+        ``fresh``), or a new one."""
         with self._lock:
-            if s.idle:
-                return s.idle.pop()
+            if s.idle and not fresh:
+                return s.idle.pop(), True
         import inspect
 
         from websockets.sync.client import connect
 
         direct = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}  # websockets >= 16
         return connect(s.ws_url, additional_headers=self.headers, open_timeout=self.connect_timeout_s,
-                       max_size=None, compression=None, **direct)
+                       max_size=None, compression=None, **direct), False
 
     def close(self) -> None:
         """Close every idle connection."""
@@ -244,8 +248,7 @@ class RemoteEnv(TextEnv):
                 break
             tried.add(server.url)
             try:
-                conn = self.pool.connection(server)
-                reply = exchange(conn, {"type": "reset", "data": data}, self.pool.timeout_s)
+                conn, reply = self._reset_on(server, data)
             except Exception as e:  # noqa: BLE001 - this server failed the reset: try another
                 last = e
                 self.pool.release(server)
@@ -260,6 +263,26 @@ class RemoteEnv(TextEnv):
         raise RemoteEnvError(f"no env server could reset the episode (tried {sorted(tried) or 'none: all down'}): "
                              f"{type(last).__name__ + ': ' + str(last) if last else 'every server is down'}")
 
+    def _reset_on(self, server: Server, data: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """(connection, reply) of a reset on ``server``. A pooled connection that the server closed while
+        idle (its idle timeout) is not the server failing: the reset goes again on a new connection. A
+        connection whose reset failed is closed, never pooled: the server ends that session (a reset
+        that timed out would otherwise go on holding one, and its workspace, until the server's idle
+        timeout)."""
+        conn, pooled = self.pool.connection(server)
+        try:
+            return conn, exchange(conn, {"type": "reset", "data": data}, self.pool.timeout_s)
+        except Exception as e:
+            _close_quietly(conn)
+            if not pooled or isinstance(e, (RemoteEnvError, TimeoutError)):  # the server's answer, or its silence
+                raise
+        conn, _ = self.pool.connection(server, fresh=True)
+        try:
+            return conn, exchange(conn, {"type": "reset", "data": data}, self.pool.timeout_s)
+        except Exception:
+            _close_quietly(conn)
+            raise
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._conn is None or self._server is None:
             raise RuntimeError("call reset() before step()")
@@ -268,9 +291,8 @@ class RemoteEnv(TextEnv):
             reply = exchange(self._conn, {"type": "step", "data": {"text": str(action)}}, self.pool.timeout_s)
         except RemoteEnvError:
             raise
-        except Exception as e:  # noqa: BLE001 - the server died or dropped the connection mid-episode
-            self._conn = None
-            self._end(keep=False)
+        except Exception as e:  # noqa: BLE001 - the server died, timed out or dropped the connection mid-episode
+            self._end(keep=False)  # closes the connection: the server ends the session (and its workspace)
             self.pool.mark_down(server)
             raise RemoteEnvError(f"env server {server.url} failed during the episode: {type(e).__name__}: {e}") from e
         obs = reply.get("observation") or {}

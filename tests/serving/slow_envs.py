@@ -1,8 +1,9 @@
 """Envs for the serving tests, served by ``agentrl serve-env slow_envs:NAME`` (this folder on PYTHONPATH).
 
-- ``SlowArithmetic``: ``Arithmetic-v0`` whose ``step`` takes ``delay`` seconds and, with ``log`` set,
-  appends ``"<pid> reset|start|end <task_id>"`` lines to that file (so a test can see which server ran what,
-  and kill one while it holds episodes);
+- ``SlowArithmetic``: ``Arithmetic-v0`` whose ``step`` takes ``delay`` seconds (more when the action starts
+  ``"sleep S;"``: S more, then the rest is the answer) and ``reset`` ``reset_delay`` seconds, and, with ``log``
+  set, appends ``"<pid> reset|start|end <task_id>"`` lines to that file (so a test can see which server ran
+  what, and kill one while it holds episodes);
 - ``Guess``: a multi-turn env (guess a number from 0-9 with "higher"/"lower" feedback, 4 turns).
 """
 
@@ -22,9 +23,9 @@ from environments.arithmetic import ArithmeticEnv
 class SlowArithmetic(ArithmeticEnv):
     """Arithmetic whose step takes ``delay`` seconds (logged to ``log`` when given)."""
 
-    def __init__(self, delay: float = 0.0, log: str = "", **kwargs: Any) -> None:
+    def __init__(self, delay: float = 0.0, log: str = "", reset_delay: float = 0.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.delay, self.log = delay, log
+        self.delay, self.log, self.reset_delay = delay, log, reset_delay
 
     def _note(self, what: str) -> None:
         if self.log:
@@ -32,13 +33,18 @@ class SlowArithmetic(ArithmeticEnv):
                 f.write(f"{os.getpid()} {what} {self.task.id if self.task else '-'}\n")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        time.sleep(self.reset_delay)
         out = super().reset(seed=seed, options=options)
         self._note("reset")
         return out
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._note("start")
-        time.sleep(self.delay)
+        extra = 0.0
+        if action.startswith("sleep ") and ";" in action:
+            head, action = action.split(";", 1)
+            extra = float(head.split()[1])
+        time.sleep(self.delay + extra)
         out = super().step(action)
         self._note("end")
         return out
