@@ -318,3 +318,25 @@ def test_filling_the_storage_scores_zero_not_a_failure(tmp_path: Path, backend: 
     else:  # Docker caps the tree a seal returns: a larger one is the agent's doing, 0 and ungraded
         assert r == 0.0 and i["trajectory_info"]["verifier"]["output"].startswith("not graded:")
     env.close()
+
+
+def test_a_lone_mode_change_is_a_change_for_unchanged_reward(tmp_path):
+    """An env with ``unchanged_reward`` scores an untouched tree without grading; a ``chmod +x`` is a touch
+    (issue 43: the tree comparison ignored modes, so the grader, which checks the mode, never ran)."""
+    test_sh = "#!/bin/bash\nif [ -x /app/run.sh ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    make_task(tmp_path, "chmod", test_sh=test_sh, solve="chmod +x /app/run.sh",
+              dockerfile="FROM ubuntu:24.04\nWORKDIR /app\nRUN printf 'echo hi\\n' > run.sh && chmod 644 run.sh\n")
+
+    class Untouched(HarborEnv):
+        unchanged_reward = 0.0
+
+    env = Untouched(str(tmp_path), backend="local")
+    try:
+        for action, reward, graded in ((call("submit"), 0.0, False),
+                                       (call("bash", command="chmod +x run.sh") + call("submit"), 1.0, True)):
+            env.reset(options={"task": env.tasks[0]})
+            _, r, _, _, info = env.step(action)
+            output = info["trajectory_info"]["verifier"]["output"]
+            assert r == reward and ("not graded" not in output) == graded, (r, output)
+    finally:
+        env.close()
