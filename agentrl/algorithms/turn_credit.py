@@ -9,11 +9,31 @@ episodes of one task. The learner's batch has B samples (rows) of A action posit
 - **Turn-level return-to-go** (``turn_gamma``): turn k of an episode scores ``G_k = r_k + gamma * G_{k+1}``,
   baselined per group as the outcome estimators do, with the group's statistics taken over its episodes'
   returns from their first turn (``G_0``). With ``gamma = 1`` and a reward on the last turn only, every
-  turn's ``G_k`` is the episode's reward and the scores equal the trajectory-level ones.
+  turn's ``G_k`` is the episode's reward and the scores equal the trajectory-level ones. group_norm
+  divides by the group's spread: the std of the ``G_0`` together with how far the turns' returns stray
+  from their episode's ``G_0`` (root mean square of ``G_k - G_0``): a group of identical episodes with
+  intermediate rewards has no spread of ``G_0`` but its later turns differ from the mean, and dividing
+  those by the std alone made them explode (``-(past rewards) / eps``). Every group_norm turn score is
+  bounded by ``sqrt(n K) + sqrt(n)`` (n episodes of at most K turns in the group).
 - **Step groups** (GiGPO, ``step_weight``): turns that start from the same state (``step_ids``: one id per
-  group and state key) form a step group; each turn's return is normalised within its step group
-  (group_norm: mean and std; rloo: leave-one-out; the other estimators: the mean) and added, times
-  ``step_weight``, to the episode-level score. A step group of one scores 0.
+  group and state key) form a step group; each turn's return is baselined by the mean return of the
+  step group's turns of *other* episodes (group_norm: and divided by the step group's std). A turn in a
+  state no other episode of its group reached is baselined by the other episodes' returns from their
+  first turn instead (group_norm: divided as the turn-level score is); in a group of one it scores 0.
+  A group_norm step score is bounded by ``sqrt(2 m)`` for a step group of m turns (m <= n K).
+
+**Unbiased when the policy decides when to stop** (issue 43; docs/long_episodes.md). A per-turn score
+``A_k = G_k - b_k`` gives an unbiased policy gradient (``E[sum_k grad log pi(a_k|s_k) A_k]`` is the gradient
+of the expected return) when each baseline ``b_k`` is independent of the episode's own actions from turn
+k on. A baseline built from the episode itself is not: a per-turn-index mean over the episodes that
+reached turn k (the episode among them, in a set whose size the policy's stopping decides), or a step
+group holding the episode's own later visits to a state, weigh each turn by how many episodes got
+there: a hidden length bias. So every baseline here leaves the episode out (rloo), or keeps it in only
+as one of the group's first-turn returns, which scales the whole gradient by ``(n-1)/n`` (dr_grpo,
+reinforce_baseline: the same scale as their trajectory-level form). ``turn_gamma < 1`` discounts on
+purpose (it is not the gradient of the undiscounted return), and group_norm's division by the group's
+spread weighs groups (as GRPO's does); reinforce and reinforce_baseline whiten over the batch.
+tests/test_credit_unbiased.py checks the gradients against exact ones on an enumerable MDP.
 """
 
 from __future__ import annotations
@@ -62,54 +82,87 @@ def _baseline_stats(first: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch
     return count[inverse], total[inverse], sq[inverse]
 
 
+def group_spread(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """group_norm's divisor per episode (E,): ``sqrt(var_g(G_0) + mean_g((G_k - G_0)^2))`` over the episode's
+    group (unbiased variance of the first-turn returns; the mean over every turn of the group)."""
+    m = turn_mask.to(torch.float64)
+    G = returns.to(torch.float64)
+    n, s, sq = _baseline_stats(G[:, 0], group_ids)
+    mean = s / n
+    var = ((sq - n * mean * mean) / (n - 1).clamp(min=1.0)).clamp(min=0.0)
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    k = int(inverse.max()) + 1 if inverse.numel() else 0
+    stray = torch.zeros(k, dtype=torch.float64).index_add_(0, inverse, (((G - G[:, :1]) ** 2) * m).sum(1))
+    turns = torch.zeros(k, dtype=torch.float64).index_add_(0, inverse, m.sum(1)).clamp(min=1.0)
+    return (var + (stray / turns)[inverse]).sqrt()
+
+
 def turn_scores(estimator: str, returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor,
                 eps: float = 1e-6) -> torch.Tensor:
     """Each turn's return baselined per group (see the module docstring): (E,K) -> (E,K).
 
     The baseline of episode i's group comes from the episodes' returns from their first turn
-    (``returns[:, 0]``): group_norm ``(G_ik - mean) / (std + eps)`` (unbiased std; 0 for groups of
-    one), dr_grpo and reinforce_baseline ``G_ik - mean``, rloo ``G_ik - mean of the others' G_j0``
-    (0 for groups of one), reinforce ``G_ik``.
+    (``returns[:, 0]``): group_norm ``(G_ik - mean) / (spread + eps)`` (:func:`group_spread`; 0 for groups
+    of one), dr_grpo and reinforce_baseline ``G_ik - mean``, rloo ``G_ik - mean of the others' G_j0`` (0 for
+    groups of one), reinforce ``G_ik``.
     """
     _check(estimator)
     m = turn_mask.to(returns.dtype)
     G = returns.to(torch.float64)
     if estimator == "reinforce":
         return (G * m).to(returns.dtype)
-    n, s, sq = (x[:, None] for x in _baseline_stats(returns[:, 0], group_ids))
+    n, s, _ = (x[:, None] for x in _baseline_stats(returns[:, 0], group_ids))
     if estimator in ("dr_grpo", "reinforce_baseline"):
         out = G - s / n
     elif estimator == "rloo":
         out = torch.where(n > 1, G - (s - G[:, :1]) / (n - 1).clamp(min=1.0), torch.zeros_like(G))
     else:  # group_norm
-        mean = s / n
-        var = ((sq - n * mean * mean) / (n - 1).clamp(min=1.0)).clamp(min=0.0)
-        out = torch.where(n > 1, (G - mean) / (var.sqrt() + eps), torch.zeros_like(G))
+        spread = group_spread(returns, turn_mask, group_ids)[:, None]
+        out = torch.where(n > 1, (G - s / n) / (spread + eps), torch.zeros_like(G))
     return (out * m).to(returns.dtype)
 
 
 def step_group_scores(estimator: str, returns: torch.Tensor, turn_mask: torch.Tensor, step_ids: torch.Tensor,
-                      eps: float = 1e-6) -> torch.Tensor:
-    """GiGPO's step advantage: each turn's return normalised within its step group (E,K) -> (E,K).
+                      group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """GiGPO's step advantage (E,K) -> (E,K): each turn's return less the mean return of its step group's
+    turns of other episodes (group_norm: divided by the step group's std); a turn no other episode's turn
+    shares a state with falls back to the other episodes' first-turn returns (see the module docstring).
 
     ``step_ids`` (E,K) long: turns with the same id started from the same state of the same task.
-    group_norm normalises by the step group's mean and std, rloo by the mean of the others, every other
-    estimator by the mean; a step group of one scores 0.
     """
     _check(estimator)
     keep = turn_mask.bool()
-    flat, ids = returns[keep], step_ids[keep]
     out = torch.zeros_like(returns)
-    if flat.numel() == 0:
+    if not keep.any():
         return out
+    G = returns.to(torch.float64)
+    episode = torch.arange(len(G))[:, None].expand_as(G)
+    x, ids, eps_of = G[keep], step_ids[keep], episode[keep]
+    _, group = torch.unique(ids, return_inverse=True)
+    _, pair = torch.unique(torch.stack([group, eps_of], 1), dim=0, return_inverse=True)
+    count, total, sq = (torch.zeros(int(group.max()) + 1, dtype=torch.float64).index_add_(0, group, v)
+                        for v in (torch.ones_like(x), x, x * x))
+    own_n, own_s = (torch.zeros(int(pair.max()) + 1, dtype=torch.float64).index_add_(0, pair, v)
+                    for v in (torch.ones_like(x), x))
+    others = count[group] - own_n[pair]
+    score = x - (total[group] - own_s[pair]) / others.clamp(min=1.0)
     if estimator == "group_norm":
-        scores = group_norm_scores(flat, ids, eps)
-    elif estimator == "rloo":
-        scores = rloo_scores(flat, ids)
-    else:  # the mean alone (0 for a step group of one)
-        scores = dr_grpo_scores(flat, ids)
-    out[keep] = scores.to(out.dtype)
+        m = count[group]
+        var = ((sq[group] - total[group] ** 2 / m) / (m - 1).clamp(min=1.0)).clamp(min=0.0)
+        score = score / (var.sqrt() + eps)
+    fallback = _leave_one_out(estimator, returns, turn_mask, group_ids, eps)[keep]
+    out[keep] = torch.where(others > 0, score, fallback).to(out.dtype)
     return out
+
+
+def _leave_one_out(estimator: str, returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor,
+                   eps: float) -> torch.Tensor:
+    """Each turn's return less the mean of the other episodes' first-turn returns (group_norm: divided by
+    :func:`group_spread`); 0 in a group of one. (E,K)."""
+    scores = turn_scores("rloo", returns, turn_mask, group_ids, eps).to(torch.float64)
+    if estimator == "group_norm":
+        scores = scores / (group_spread(returns, turn_mask, group_ids)[:, None] + eps)
+    return scores
 
 
 def episode_turn_scores(estimator: str, turn_rewards: torch.Tensor, turn_mask: torch.Tensor,
@@ -131,7 +184,7 @@ def episode_turn_scores(estimator: str, turn_rewards: torch.Tensor, turn_mask: t
     if step_weight:
         if step_ids is None:
             raise ValueError("step groups need step_ids (E,K)")
-        scores = scores + step_weight * step_group_scores(estimator, G, turn_mask, step_ids, eps)
+        scores = scores + step_weight * step_group_scores(estimator, G, turn_mask, step_ids, group_ids, eps)
     return scores
 
 
