@@ -75,6 +75,7 @@ def test_the_wheel_installed_outside_the_repository_lists_envs_and_trains(tmp_pa
     for path in ("licenses/LICENSE", "licenses/NOTICE", "licenses/licenses/MBPP-CC-BY-4.0.txt"):
         assert f"{info}/{path}" in names
     assert "environments/data/gsm8k_test.jsonl" in names and "sandbox/_runtime/_server.py" in names
+    assert {"sandbox/_runtime/_testee.c", "sandbox/_runtime/_testee_files.c", "sandbox/_runtime/_testee.h"} <= set(names)
     # RepoRepair-v0's task set, its pinned projects' shipped copies and their licenses
     for path in ("tasks.jsonl.gz", "projects.json", "projects/cachetools-5.5.0.tar.gz", "licenses/idna-3.10-LICENSE.md"):
         assert f"environments/data/repo_repair/{path}" in names, path
@@ -102,3 +103,7 @@ def test_the_wheel_installed_outside_the_repository_lists_envs_and_trains(tmp_pa
     assert [m["step"] for m in metrics if "loss/policy_loss" in m] == [1, 2], out
     assert "in 2 steps" in out
     assert (work / "runs" / "cpu_demo" / "config.yaml").exists()
+    if os.geteuid() == 0:  # graded by the installed sandbox (its runtime and exec hook come from the wheel)
+        shutil.copytree(ROOT / "examples" / "tasks" / "word-frequency", work / "task")
+        checked = run([agentrl, "tasks", "check", "task", "--json"], work, {**env, "AGENTRL_CACHE": str(tmp_path / "c")})
+        assert json.loads(checked.strip().splitlines()[-1])["oracle"] == 1.0, checked

@@ -1,4 +1,5 @@
-"""The grader's exec hook (``sandbox/_runtime/_testee.c``), compiled once per machine and cached.
+"""The grader's exec hook (``sandbox/_runtime/_testee.c`` and ``_testee_files.c``), compiled once per machine
+and cached.
 
 Grading loads it into the verifier's shell (:mod:`sandbox.workspace.grading`): every program the
 shell starts runs as the testee. It is C because the switch must happen inside bash, between fork
@@ -20,7 +21,9 @@ import threading
 
 from .base import WorkspaceError
 
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_runtime", "_testee.c")
+RUNTIME = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_runtime")
+SOURCES = tuple(os.path.join(RUNTIME, name) for name in ("_testee.c", "_testee_files.c"))
+HEADER = os.path.join(RUNTIME, "_testee.h")
 FLAGS = ("-shared", "-fPIC", "-nostdlib", "-O2", "-fno-stack-protector", "-Wall")
 _lock = threading.Lock()
 _cached: bytes | None = None
@@ -41,9 +44,11 @@ def hook_bytes() -> bytes:
 
 
 def _build() -> bytes:
-    with open(SOURCE, "rb") as f:
-        source = f.read()
-    key = hashlib.sha256(source + platform.machine().encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    h = hashlib.sha256(platform.machine().encode() + " ".join(FLAGS).encode())
+    for name in (*SOURCES, HEADER):
+        with open(name, "rb") as f:
+            h.update(f.read())
+    key = h.hexdigest()[:16]
     path = os.path.join(cache_dir(), f"testee-{platform.machine()}-{key}.so")
     if os.path.isfile(path):
         with open(path, "rb") as f:
@@ -55,7 +60,7 @@ def _build() -> bytes:
     os.makedirs(cache_dir(), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         out = os.path.join(tmp, "testee.so")
-        r = subprocess.run([compiler, *FLAGS, "-o", out, SOURCE], capture_output=True, text=True)
+        r = subprocess.run([compiler, *FLAGS, "-o", out, *SOURCES], capture_output=True, text=True)
         if r.returncode != 0:
             raise WorkspaceError(f"building the grader's exec hook failed: {(r.stderr or r.stdout).strip()[-400:]}")
         os.replace(out, path)  # atomic: a concurrent builder's copy is the same bytes
