@@ -11,7 +11,7 @@ an exported task) the same code runs everything as one user.
 cannot stall the verifier): it reads until the program itself exits or its time is up, then ends
 what is left — under agentrl's grader every process of the testee (``kill -9 -1`` as the testee,
 which reaches nothing of the grader's), elsewhere the program's session. A report channel
-(``report_fd``) gives the program a pipe of its own, and a nonce on its standard input that it
+(``report=True``) gives the program a pipe of its own (``AGENTRL_REPORT_FD``), and a nonce on its standard input that it
 reads before it imports anything of the agent's, so that a program killed early, or one that exits
 0 at once, reports nothing; code that runs inside the program can still forge a report, which is
 why a verdict that matters is best made on outputs, in a process of the grader's.
@@ -113,19 +113,3 @@ def end(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-
-
-def read_nonce() -> str:
-    """In a program run with ``report``: the nonce (read first, before anything of the agent's loads)."""
-    import sys
-
-    return sys.stdin.readline().strip()
-
-
-def send_report(nonce: str, text: str) -> None:
-    """In a program run with ``report``: the report, on its channel."""
-    fd = int(os.environ["AGENTRL_REPORT_FD"])
-    data = (nonce + "\n" + text).encode()
-    while data:
-        data = data[os.write(fd, data):]
-    os.close(fd)

@@ -30,7 +30,6 @@ from typing import Any
 SYSTEM_DIRS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin",
                          "sys", "usr", "var", "tests"})
 GRADER_DIRS = ("/tests", "/logs/verifier")  # the grader's: fresh and empty in every workspace
-CUT_MARK = "\n[... {n} bytes of output cut ...]\n"
 SPOOL_BYTES = 4 << 20  # a tree larger than this waits on disk, not in memory
 
 
@@ -191,15 +190,6 @@ class Tree:
                 elif m.isdir():
                     out[path] = "<dir>"
         return out
-
-
-def cut_output(data: bytes, limit: int) -> tuple[str, bool]:
-    """``data`` decoded, at most ``limit`` bytes of it: the head and the tail with a mark between."""
-    if len(data) <= limit:
-        return data.decode("utf-8", "replace"), False
-    head, tail = data[:limit // 2], data[-(limit - limit // 2):]
-    cut = len(data) - len(head) - len(tail)
-    return head.decode("utf-8", "replace") + CUT_MARK.format(n=cut) + tail.decode("utf-8", "replace"), True
 
 
 def resolve(workdir: str, path: str) -> str:
