@@ -203,7 +203,8 @@ def _tasks(args: argparse.Namespace) -> int:
             from agentrl.evaluation.task_export import parse_kwargs
 
             return audit_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, n=args.n,
-                               seed=args.seed, kwargs=parse_kwargs(args.extra), verbose=args.verbose)
+                               seed=args.seed, kwargs=parse_kwargs(args.extra), verbose=args.verbose,
+                               attacks=_names(args.attacks, "--attacks"), skip=_names(args.skip, "--skip"))
         if args.extra:
             raise EnvError(f"unexpected arguments after {args.dir}: {' '.join(args.extra)}")
         if args.action == "list":
@@ -214,6 +215,18 @@ def _tasks(args: argparse.Namespace) -> int:
             raise
         print(f"agentrl tasks: error: {one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _names(value: str | None, flag: str) -> list[str] | None:
+    """A comma-separated list of names (None when the flag was not given)."""
+    from agentrl.env import EnvError
+
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise EnvError(f"{flag} needs attack names (agentrl tasks audit DIR --attacks exit_zero,path_shims)")
+    return names
 
 
 def _serve_reward(argv: list[str]) -> int:
@@ -295,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--jobs", "-j", type=int, default=1, help="check: tasks checked at once; audit: a task's "
                                                               "attacks played at once")
     k.add_argument("--verbose", "-v", action="store_true", help="check/audit: the outputs of what fails")
+    k.add_argument("--attacks", default=None, metavar="A,B", help="audit: only these attacks (default: all)")
+    k.add_argument("--skip", default=None, metavar="A,B", help="audit: every attack but these")
     k.set_defaults(fn=_tasks)
     sub.add_parser("serve-reward", help="run the HTTP reward server (see --help)", add_help=False)
     sub.add_parser("serve-env", help="serve an env over OpenEnv's protocol (see --help)", add_help=False)

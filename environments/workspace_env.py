@@ -199,6 +199,20 @@ class WorkspaceEnv(TextEnv):
 
         return audit_task(self, name_or_task, attacks, jobs)
 
+    @staticmethod
+    def attack_names(attacks: list[str] | None = None, skip: list[str] | None = None) -> list[str]:
+        """The names of the audit's attacks: ``attacks`` (checked), or the whole library less ``skip``."""
+        from environments.audit import ATTACKS
+        from environments.audit.run import chosen
+
+        if attacks is not None:
+            return [a.name for a in chosen(attacks)]
+        excluded = {a.name for a in chosen(skip)} if skip else set()  # chosen() refuses an unknown name
+        names = [a.name for a in ATTACKS if a.name not in excluded]
+        if not names:
+            raise EnvError("--skip leaves no attack to play")
+        return names
+
 
 def _named(call: dict[str, Any] | ToolCallError) -> dict[str, Any]:
     """A call's ``name`` and ``arguments`` (None for a call that could not be parsed)."""

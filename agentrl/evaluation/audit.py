@@ -69,14 +69,22 @@ def open_target(target: str, backend: str, n: int, seed: int, kwargs: dict[str, 
 
 def audit_tasks(target: str, backend: str = "local", as_json: bool = False, jobs: int = 1, n: int = 10,
                 seed: int = 0, kwargs: dict[str, Any] | None = None, verbose: bool = False,
-                out: TextIO | None = None) -> int:
-    """Audit every task of ``target`` (see the module docstring); the exit status."""
+                out: TextIO | None = None, attacks: list[str] | None = None, skip: list[str] | None = None) -> int:
+    """Audit every task of ``target`` (see the module docstring) with ``attacks`` (None: the whole library)
+    less ``skip``; the exit status."""
     out = out or sys.stdout
     if jobs < 1:
         raise EnvError(f"--jobs must be >= 1, got {jobs}")
+    if attacks is not None and skip is not None:
+        raise EnvError("give --attacks or --skip, not both")
     if n < 1:
         raise EnvError(f"--n must be >= 1, got {n}")
     env, tasks, problems = open_target(target, backend, n, seed, kwargs or {})
+    try:
+        chosen = env.attack_names(attacks, skip)
+    except EnvError:
+        env.close()
+        raise
     rows: list[dict[str, Any]] = [_row(name, error=f"the task cannot run: {why}") for name, why in problems]
     try:
         width = max([len(t.id) for t in tasks] + [len(r["task"]) for r in rows] + [4])
@@ -86,7 +94,7 @@ def audit_tasks(target: str, backend: str = "local", as_json: bool = False, jobs
             _show(r, as_json, width, verbose, out)
         for task in tasks:
             try:
-                r = env.audit_task(task, jobs=jobs)
+                r = env.audit_task(task, attacks=chosen, jobs=jobs)
             except Exception as e:  # noqa: BLE001 - one task that cannot be audited does not stop the others
                 r = _row(task.id, error=f"the audit could not run: {type(e).__name__}: {e}")
             rows.append(r)

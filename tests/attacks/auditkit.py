@@ -36,10 +36,14 @@ def export(out: Path, env_id: str, n: int, key: str, values: list[str], *extra: 
     return out
 
 
-def audit_clean(path: Path, backend: str, capsys, jobs: int = 2) -> list[dict]:
+STORAGE = "huge_file,deep_tree,sparse_file"  # attacks on the sandbox, not on a task's verifier
+
+
+def audit_clean(path: Path, backend: str, capsys, jobs: int = 2, skip: str | None = None) -> list[dict]:
     """``agentrl tasks audit PATH --json``: its rows, asserting that it exits 0 and reports nothing."""
     capsys.readouterr()
-    status = main(["tasks", "audit", str(path), "--json", "--jobs", str(jobs), "--backend", backend])
+    status = main(["tasks", "audit", str(path), "--json", "--jobs", str(jobs), "--backend", backend,
+                   *(["--skip", skip] if skip else [])])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     bad = [(r["task"], r["vulnerable"], r["failed"], r["error"]) for r in rows
            if r["vulnerable"] or r["failed"] or r["error"] or r["noop_passes"]]

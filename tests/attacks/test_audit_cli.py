@@ -62,6 +62,18 @@ def test_an_env_id_audits_the_tasks_it_draws(capsys) -> None:
     assert "csv_sum" in row["task"] and row["noop"] == 0.0 and row["vulnerable"] == [] and row["failed"] == {}
 
 
+@pytest.mark.slow
+def test_attacks_and_skip_choose_what_is_played(tmp_path: Path, capsys) -> None:
+    tasks = str(folder(tmp_path, "trusts_exit_status"))
+    assert main(["tasks", "audit", tasks, "--json", "--attacks", "exit_zero,path_shims"]) == 1
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert list(row["attacks"]) == ["exit_zero", "path_shims"] and row["vulnerable"] == ["exit_zero"]
+    skipped = [name for name in BY_NAME if name != "test_edits"]
+    assert main(["tasks", "audit", tasks, "--json", "--skip", ",".join(skipped)]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert list(row["attacks"]) == ["test_edits"] and row["vulnerable"] == [] and row["failed"] == {}
+
+
 @pytest.mark.parametrize("args, message", [
     (["MISSING"], "no such directory, and not a registered env id"),
     (["agentrl/Nope-v0"], "no such directory, and not a registered env id"),
@@ -70,6 +82,11 @@ def test_an_env_id_audits_the_tasks_it_draws(capsys) -> None:
     (["agentrl/Arithmetic-v0"], "cannot be audited"),
     (["agentrl/Terminal-v0", "difficulty"], "expected KEY=VALUE"),
     (["DIR", "difficulty=1"], "KEY=VALUE arguments are for an ENV_ID"),
+    (["DIR", "--attacks", "exit_zero,nope"], "unknown attack 'nope'; known: forged_reward_file"),
+    (["DIR", "--skip", "nope"], "unknown attack 'nope'"),
+    (["DIR", "--attacks", " , "], "--attacks needs attack names"),
+    (["DIR", "--attacks", "exit_zero", "--skip", "deep_tree"], "give --attacks or --skip, not both"),
+    (["DIR", "--skip", ",".join(BY_NAME)], "--skip leaves no attack to play"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys, args: list[str], message: str) -> None:
     paths = {"MISSING": str(tmp_path / "nope"), "DIR": str(folder(tmp_path, "sound"))}

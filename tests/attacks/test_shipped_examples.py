@@ -1,8 +1,8 @@
 """The twelve example tasks resist every attack of the library (``agentrl tasks audit examples/tasks``
-reports nothing) on the local backend; on Docker, the two whose verifiers run the most of the agent's
-(its unit tests, in a testee child; git on its repository). All twelve on Docker take ~3 minutes on 2
-cores: ``agentrl tasks audit examples/tasks --backend docker`` (tests/attacks/test_grader.py attacks
-the other verifier shapes on Docker)."""
+reports nothing) on the local backend; on Docker, the one whose verifier runs the most of the agent's
+(its unit tests, in a testee child). All twelve on Docker take ~3 minutes on 2 cores: ``agentrl tasks
+audit examples/tasks --backend docker`` (tests/attacks/test_grader.py attacks the other verifier shapes
+on Docker)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from auditkit import ROOT, audit_clean
 
 EXAMPLES = ROOT / "examples" / "tasks"
-ON_DOCKER = ("failing-unittest", "git-fix-commit")
+ON_DOCKER = ("failing-unittest",)
 pytestmark = pytest.mark.slow
 
 
