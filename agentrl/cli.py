@@ -42,13 +42,26 @@ def _train(args: argparse.Namespace) -> int:
     trainer_cls: type = Trainer
     if cfg.cluster.mode == "ray":
         from agentrl.distributed.trainer import RayTrainer as trainer_cls
-    trainer = trainer_cls(cfg, run_dir=run_dir, resume=bool(args.resume))
+    doctor = None
+    if not args.no_doctor:
+        from agentrl.doctor.first_step import first_step_check
+
+        doctor = lambda tok, role: first_step_check(cfg, run_dir, tok, role)  # noqa: E731 - bound in the trainer
+    trainer = trainer_cls(cfg, run_dir=run_dir, resume=bool(args.resume), doctor=doctor)
     summary = trainer.fit()
     if summary.get("interrupted"):  # checkpointed after SIGTERM: 128 + 15, as a killed process reports
         import signal
 
         return 128 + signal.Signals[summary["interrupted"]].value
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """``agentrl doctor CONFIG``: play the config's episodes here and check what a run would get wrong."""
+    _quiet()
+    from agentrl.doctor.command import run
+
+    return run(args)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -251,7 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="where to write the run (default from log.run_dir)")
     t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     t.add_argument("--overwrite", action="store_true", help="replace the run already in the run directory")
+    t.add_argument("--no-doctor", action="store_true", help="skip the doctor's checks of the first batch "
+                                                            "(token exactness, loss mask)")
     t.set_defaults(fn=_train)
+    from agentrl.doctor.command import add_parser as doctor_parser
+
+    doctor_parser(sub).set_defaults(fn=_doctor)
     v = sub.add_parser("eval", help="evaluate a model on registered envs: pass@k, maj@k, tables, eval.json")
     v.add_argument("overrides", nargs="*", help="dotted.key=value overrides (eval.n_samples=8 eval.k=[1,8])")
     v.add_argument("--config", default=None, help="YAML config (sampling, eval section); optional")

@@ -65,8 +65,12 @@ log = logging.getLogger(__name__)
 class Trainer:
     """Single-process RL trainer (the Ray path reuses these stages with actor handles)."""
 
-    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False) -> None:
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False,
+                 doctor: Any = None) -> None:
+        """``doctor(tokenizer, feedback_role)`` makes the check of the first batch, ``check(trajectories,
+        experience)``, which raises to stop the run (``agentrl train``: ``agentrl.doctor.first_step``)."""
         self.cfg = cfg
+        self.doctor_texts = doctor is not None
         if cfg.rollout.async_ and cfg.rollout.engine == "vllm" and cfg.cluster.mode == "local":
             raise ValueError("rollout.async with rollout.engine=vllm runs over Ray (cluster.mode=ray); here use hf")
         seed_everything(cfg.data.seed)
@@ -85,6 +89,9 @@ class Trainer:
         self.critic = self.build_critic()
         self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
+        self.doctor = None if doctor is None else doctor(self.tokenizer, getattr(self.env, "feedback_role", "user"))
+        if doctor is not None and hasattr(self.executor, "keep_observations"):
+            self.executor.keep_observations = True  # the first batch's prompts and feedback texts, for the doctor
         eval_engine = (make_engine(cfg, self.model, self.tokenizer, self.model_path, local_async=True)
                        if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)  # Ray: RayTrainer's fleet
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
@@ -236,10 +243,16 @@ class Trainer:
         self.failures.observe(trajs)
         self.failures.check()  # past env.max_failure_rate the run stops, in one line
         metrics["tasks/drawn"] = float(self.tasks_state["drawn"])  # tasks behind this batch, cumulative
-        with t("samples"):  # every log.samples_every steps: a few episodes, scored by the learner before its update
-            self.samples.train(self.step_idx + 1, trajs, self.version, self.learner)
         with t("experience"):
             exp = self.make_experience(batch)
+        if self.doctor is not None:
+            with t("doctor"):
+                self.first_step_checks(batch, exp)
+        for traj in trajs if self.doctor_texts else ():  # a rollout worker may have made more batches with them
+            traj.info.pop("observations", None)
+            traj.info.pop("prompt", None)
+        with t("samples"):  # every log.samples_every steps: a few episodes, scored by the learner before its update
+            self.samples.train(self.step_idx + 1, trajs, self.version, self.learner)
         metrics.update(rollout_metrics(trajs))
         if exp is not None:
             with t("reference"):
@@ -262,6 +275,15 @@ class Trainer:
         metrics["throughput/tokens_per_s"] = metrics["response_length/sum"] / max(gen_time, 1e-9)
         metrics["throughput/samples_per_s"] = len(trajs) / max(metrics["time/step"], 1e-9)
         return metrics
+
+    def first_step_checks(self, batch: list[Trajectory], exp: Experience | None) -> None:
+        """The doctor's cheap checks on the first batch (raises on a fail); the executor stops keeping the texts
+        they needed."""
+        check, self.doctor = self.doctor, None
+        if hasattr(self.executor, "keep_observations"):
+            self.executor.keep_observations = False
+        if exp is not None:
+            check(batch, exp)
 
     def evaluate(self) -> dict[str, float]:
         """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was.

@@ -31,9 +31,9 @@ from agentrl.types import Task
 
 
 def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv, dev_env: TextEnv,
-               log: Any = print) -> dict[str, float]:
+               log: Any = print, cached_only: bool = False) -> dict[str, float] | None:
     """Supervised warm start on the env's reference answers (multi-turn: its reference policy's
-    episodes), cached by content hash."""
+    episodes), cached by content hash. With ``cached_only`` a warm start not in the cache is not run (None)."""
     from safetensors.torch import load_file, save_file
 
     ws = cfg.model.warm_start
@@ -47,6 +47,9 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
         model.load_state_dict(load_file(str(cached / "model.safetensors")), strict=False)
         log(f"warm start: loaded from cache {cached}")
         return json.loads((cached / "result.json").read_text())
+    if cached_only:
+        log("warm start: none cached for this config (agentrl train makes it; --warm-start here)")
+        return None
     train_tasks = fixed_tasks(env, ws.examples, cfg.data.seed + 1)
     engine = HFEngine(model, tokenizer)
     examples = reference_examples(cfg, env, engine, tokenizer, train_tasks, log)
@@ -205,8 +208,9 @@ def warm_start_decision(cfg: RunConfig, env: TextEnv, tokenizer: Any = None) -> 
 
 
 def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv,
-                     make_dev_env: Any, log: Any = print) -> dict[str, float] | None:
-    """The warm start if :func:`warm_start_decision` says so (else a one-line note and None).
+                     make_dev_env: Any, log: Any = print, cached_only: bool = False) -> dict[str, float] | None:
+    """The warm start if :func:`warm_start_decision` says so (else a one-line note and None); with
+    ``cached_only``, only when it is in the cache.
 
     ``make_dev_env()`` builds the dev env; when it raises (the env has no dev split) the dev tasks
     are held out of the training tasks instead."""
@@ -221,4 +225,4 @@ def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str
         log(f"warm start: env.dev_kwargs={cfg.env.dev_kwargs} gives no dev env ({e}); "
             f"dev tasks are held out of the training tasks")
         dev_env = env
-    return warm_start(cfg, model, tokenizer, model_path, env, dev_env, log=log)
+    return warm_start(cfg, model, tokenizer, model_path, env, dev_env, log=log, cached_only=cached_only)

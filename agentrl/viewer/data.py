@@ -1,8 +1,9 @@
 """What ``agentrl view`` reads from a run directory, kept up to date while the run writes it.
 
 A run directory holds ``metrics.jsonl`` (a row per step and per evaluation), ``samples.jsonl``
-(episode records) and ``config.yaml`` as ``agentrl train`` writes them, and ``eval.json`` reports
-(``agentrl eval --out``) in the directory itself or one level below it. :class:`RunData` reads the
+(episode records), ``config.yaml`` and ``doctor.json`` as ``agentrl train`` writes them, and ``eval.json``
+reports (``agentrl eval --out``) in the directory itself or one level below it; a directory holding
+only ``doctor.json`` (``agentrl doctor --out``) is one too. :class:`RunData` reads the
 lines appended since its last :meth:`RunData.refresh` (a file that was replaced or shrank, as a
 resumed run's ``metrics.jsonl`` is, is read again from the start: its ``generation`` goes up), keeps
 the metrics rows and a summary of each episode in memory and the byte offset of each record, which
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.episodes import EpisodeFormatError, EpisodeRecord, read_eval
+from agentrl.viewer.doctor import doctor_stamp, read_doctor
 
-RUN_FILES = ("metrics.jsonl", "samples.jsonl", "eval.json", "config.yaml")
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "eval.json", "config.yaml", "doctor.json")
 """A directory holding one of these (``eval.json`` also one level down) is something to view."""
 
 
@@ -56,8 +58,9 @@ def check_run_dir(path: str | Path) -> Path:
     if not path.is_dir():
         raise ViewError(f"no such run directory {str(path)!r} (give a directory agentrl train or agentrl eval wrote)")
     if not any((path / f).exists() for f in RUN_FILES) and not eval_reports(path):
-        raise ViewError(f"{path} holds no run: no metrics.jsonl, samples.jsonl, config.yaml or eval.json (give the "
-                        f"directory agentrl train wrote, e.g. runs/NAME, or the --out of agentrl eval)")
+        raise ViewError(f"{path} holds no run: no metrics.jsonl, samples.jsonl, config.yaml, eval.json or doctor.json "
+                        f"(give the directory agentrl train wrote, e.g. runs/NAME, or the --out of agentrl eval "
+                        f"or agentrl doctor)")
     return path
 
 
@@ -188,6 +191,15 @@ class RunData:
             with self._lock:
                 self._evals[path] = cached
         return cached[1], cached[2]
+
+    def doctor(self) -> dict[str, Any]:
+        """The run's ``doctor.json``: ``{"state": "ok", "report"}``, ``{"state": "error", "error"}`` or
+        ``{"state": "missing"}`` (agentrl/viewer/doctor.py)."""
+        return read_doctor(self.path)
+
+    def doctor_stamp(self) -> str | None:
+        """Changes when ``doctor.json`` is written (None without one)."""
+        return doctor_stamp(self.path)
 
     def eval_stamp(self) -> list[float]:
         """The modification times of the eval reports (changes when one is written)."""

@@ -14,7 +14,10 @@ refused (421), so a web page elsewhere cannot read the runs through DNS rebindin
 - ``GET /api/runs/{r}/episodes/{i}`` — one episode record (docs/trajectories.md);
 - ``GET /api/runs/{r}/evals`` — eval reports with their episode summaries;
 - ``GET /api/runs/{r}/evals/{k}/episodes/{i}`` — one episode record of eval report k;
-- ``GET /api/poll`` — per run: rows, episodes, generation and eval report times (reads new lines).
+- ``GET /api/runs/{r}/doctor`` — the run's ``doctor.json``: ``{"state": "ok", "report": {...}}``, ``{"state":
+  "error", "error": "one line"}`` (malformed) or ``{"state": "missing"}`` (agentrl/viewer/doctor.py);
+- ``GET /api/poll`` — per run: rows, episodes, generation, eval report times and a stamp of
+  ``doctor.json`` (reads new lines).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from agentrl.viewer.data import RunData
 
 STATIC = Path(__file__).resolve().parent / "static"
-SCRIPTS = ("data.js", "charts.js", "episode.js", "app.js")
+SCRIPTS = ("data.js", "charts.js", "episode.js", "doctor.js", "app.js")
 """The page's scripts, in load order (shared by the server's page and the exported file)."""
 COOKIE = "agentrl_view_token"
 
@@ -128,7 +131,7 @@ def create_app(runs: list[RunData], token: str | None = None, host: str = "127.0
         for r in runs:
             r.refresh()
         return {"runs": [{"metrics": len(r.metrics), "episodes": len(r.episodes), "generation": r.generation,
-                          "evals": r.eval_stamp()} for r in runs]}
+                          "evals": r.eval_stamp(), "doctor": r.doctor_stamp()} for r in runs]}
 
     @app.get("/api/runs/{r}/metrics", dependencies=[Depends(check_token)])
     def metrics(r: int, since: int = Query(0, ge=0)) -> dict[str, Any]:
@@ -150,6 +153,10 @@ def create_app(runs: list[RunData], token: str | None = None, host: str = "127.0
     @app.get("/api/runs/{r}/evals", dependencies=[Depends(check_token)])
     def evals(r: int) -> list[dict[str, Any]]:
         return run(r).evals()
+
+    @app.get("/api/runs/{r}/doctor", dependencies=[Depends(check_token)])
+    def doctor(r: int) -> dict[str, Any]:
+        return run(r).doctor()
 
     @app.get("/api/runs/{r}/evals/{k}/episodes/{i}", dependencies=[Depends(check_token)])
     def eval_episode(r: int, k: int, i: int) -> dict[str, Any]:

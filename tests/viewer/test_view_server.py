@@ -138,7 +138,7 @@ def test_export_is_one_file_that_needs_no_network(tmp_path: Path, tok: Any, caps
     assert f"wrote {out} (1 run, 7 episodes" in capsys.readouterr().out
     html = out.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)=["']?(https?:|//|static/)""", html)  # nothing fetched, no server
-    assert html.count("<script") == 5 and html.count("</script>") == 5  # 4 scripts and the data, none injected
+    assert html.count("<script") == 6 and html.count("</script>") == 6  # 5 scripts and the data, none injected
     data = json.loads(re.search(r'<script id="agentrl-data" type="application/json">(.*?)</script>', html,
                                 re.S).group(1))
     assert [len(x) for x in (data["runs"], data["metrics"][0], data["episodes"][0], data["records"][0])] == [1, 3, 7, 7]

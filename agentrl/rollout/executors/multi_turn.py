@@ -151,6 +151,7 @@ class MultiTurnExecutor:
         self.max_total_tokens = max_total_tokens
         self.chat: ChatFeedback | None = None
         self._script: Callable[[TextEnv], str] | None = None  # run_scripted's policy while it runs
+        self.keep_observations = False  # True: info["prompt"] (the env's) and info["observations"] (every feedback)
         if chat_template and getattr(tokenizer, "chat_template", None):
             try:
                 self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
@@ -265,6 +266,8 @@ class MultiTurnExecutor:
         ep = Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None,
                                                          "context_max": len(prompt), **kept},
                      state_keys=[state_key(obs, info)])
+        if self.keep_observations:
+            ep.info["prompt"] = info["prompt"]
         if not self.context.fits(len(prompt), 0):
             self._fail(ep, ValueError(f"the prompt of {len(prompt)} tokens leaves no room for a turn of "
                                       f"{self.context.turn_tokens} in rollout.context.max_tokens="
@@ -391,6 +394,8 @@ class MultiTurnExecutor:
 
     def _trajectory(self, e: Episode) -> Trajectory:
         info = dict(e.info, turns=len(e.turn_log))
+        if self.keep_observations:
+            info["observations"] = list(e.observations)
         responses = info.get("responses") or [""]
         info["response"] = responses[-1]
         reward = 0.0 if info.get("failed") else float(sum(e.turn_rewards))

@@ -88,16 +88,21 @@ class SingleTurnExecutor:
         self.pool = pool or EnvPool(workers=1)
         self._local = threading.local()  # each pool worker steps its own copy of the env
         self._shared_lock = threading.Lock()
+        self.keep_observations = False  # True: each trajectory's info["prompt"] holds the env's prompt (the doctor)
+        self._prompts: dict[str, Any] = {}
 
     def prompt_ids(self, task: Task) -> list[int]:
         """The token ids the policy sees for ``task`` (the env's rendering of it)."""
         _, info = self.env.reset(options={"task": task})
+        if self.keep_observations:
+            self._prompts[task.id] = info["prompt"]
         return encode_prompt(self.tokenizer, info["prompt"], self.chat_template)
 
     def run(self, tasks: list[Task], group_offset: int = 0, n_samples: int | None = None,
             params: SamplingParams | None = None) -> list[Trajectory]:
         """Sample ``n`` responses per task, score each with ``env.step``; groups numbered from offset."""
         n = self.n_samples if n_samples is None else n_samples
+        self._prompts.clear()
         prompts = [self.prompt_ids(t) for t in tasks]
         flat = [p for p in prompts for _ in range(n)]
         completions = self.engine.generate(flat, params or self.params)
@@ -164,6 +169,8 @@ class SingleTurnExecutor:
         out_of_turns = not (terminated or truncated)  # the env wanted another turn: max_turns is 1
         if out_of_turns:
             warn_forgotten_max_turns(self.env, obs)
+        if self.keep_observations:
+            info["prompt"] = self._prompts.get(task.id)
         info["turns"], info["end_reason"] = 1, ("failed" if info.get("failed") else "turn_budget"
                                                 if comp.finish_reason == "length" else
                                                 "env_truncated" if truncated else

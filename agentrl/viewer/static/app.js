@@ -1,4 +1,4 @@
-// agentrl view: the tabs (curves, episodes, eval), an episode's page and side-by-side comparison,
+// agentrl view: the tabs (curves, episodes, eval, doctor), an episode's page and side-by-side comparison,
 // routed by the URL's #fragment so that the exported file works the same from file://.
 "use strict";
 (function () {
@@ -15,7 +15,7 @@
     chosen: null, touched: false, filter: "", smoothing: 0,
     ep: { run: "all", split: "all", stepMin: "", stepMax: "", rewardMin: "", rewardMax: "", end: "all", task: "", sort: "step", desc: false },
     selected: new Set(), mode: "tokens", threshold: 0.5, openPrompt: false,
-    evalSel: { dataset: "all", difficulty: "all" },
+    evalSel: { dataset: "all", difficulty: "all" }, tab: "curves",
   };
   const main = () => document.getElementById("main");
   const runName = (r) => (AR.store.runs[r] || {}).name || `run ${r}`;
@@ -26,11 +26,13 @@
       .map((run, r) => {
         const cfg = Object.entries(run.config || {}).map(([k, v]) => `${k}: ${v}`).join("\n");
         const steps = AR.store.metrics[r].filter((x) => "reward/mean" in x).length;
-        return `<span class="run-chip" title="${AR.esc(run.path + "\n" + cfg)}"><i style="background:${AR.color(r)}"></i>${AR.esc(run.name)} <span class="muted">${steps} steps · ${AR.store.episodes[r].length} episodes</span></span>`;
+        const doctor = AR.doctorBrief(AR.store.doctors[r]);
+        return `<span class="run-chip" title="${AR.esc(run.path + "\n" + cfg)}"><i style="background:${AR.color(r)}"></i>${AR.esc(run.name)} <span class="muted">${steps} steps · ${AR.store.episodes[r].length} episodes${doctor ? ` · ${AR.esc(doctor)}` : ""}</span></span>`;
       })
       .join("");
     const problems = AR.store.runs.flatMap((run) => (run.problems || []).map((p) => `${run.name}: ${p}`));
     if (problems.length) document.getElementById("runs").innerHTML += `<span class="warn" title="${AR.esc(problems.join("\n"))}">${problems.length} unreadable lines</span>`;
+    document.querySelector('#tabs a[data-tab="doctor"]').hidden = !AR.hasDoctor();
   }
 
   // ------------------------------------------------------------------ curves
@@ -251,26 +253,40 @@
     });
   }
 
+  // ------------------------------------------------------------------ doctor
+  function mountDoctor() {
+    main().innerHTML = AR.store.runs.map((run, r) => AR.renderDoctor(AR.store.doctors[r], { r, name: runName(r), path: run.path })).join("");
+  }
+
   // ------------------------------------------------------------------ routing
+  // The first tab: the doctor's for directories that hold only its report (agentrl doctor --out).
+  function firstTab() {
+    const empty = AR.store.metrics.every((m) => !m.length) && AR.store.episodes.every((e) => !e.length);
+    return empty && AR.hasDoctor() ? "doctor" : "curves";
+  }
+
   function route() {
-    const hash = location.hash.slice(1) || "curves";
+    const hash = location.hash.slice(1) || firstTab();
     const [tab, ...rest] = hash.split("/");
+    ui.tab = tab;
     document.querySelectorAll("#tabs a").forEach((a) => a.classList.toggle("active", a.dataset.tab === tab || (tab === "episode" && a.dataset.tab === "episodes")));
     document.getElementById("tooltip").hidden = true;
     if (tab === "episode") return mountEpisode(Number(rest[0]), rest[1], Number(rest[2]));
     if (tab === "compare") return mountCompare(rest.join("/"));
     if (tab === "episodes") return mountEpisodes();
     if (tab === "eval") return mountEval();
+    if (tab === "doctor") return mountDoctor();
     return mountCurves();
   }
 
   // New data from a live run: redraw what is on screen without losing the user's place.
   function refresh() {
     renderRuns();
-    const tab = (location.hash.slice(1) || "curves").split("/")[0];
+    const tab = ui.tab;
     if (tab === "curves") updateCurves();
     else if (tab === "episodes") updateEpisodes();
     else if (tab === "eval") mountEval();
+    else if (tab === "doctor") mountDoctor();
   }
 
   window.addEventListener("hashchange", route);

@@ -6,8 +6,9 @@ const AR = (window.AR = {});
 AR.COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#be185d"];
 AR.POLL_MS = 2000;
 
-// runs[r]: summary; metrics[r]: rows; episodes[r]: summaries; evals[r]: [{name, report, episodes}]
-AR.store = { runs: [], metrics: [], episodes: [], evals: [], generation: [], evalStamp: [], exported: null };
+// runs[r]: summary; metrics[r]: rows; episodes[r]: summaries; evals[r]: [{name, report, episodes}];
+// doctors[r]: {state: "ok" | "error" | "missing", report | error} (the run's doctor.json)
+AR.store = { runs: [], metrics: [], episodes: [], evals: [], doctors: [], generation: [], evalStamp: [], doctorStamp: [], exported: null };
 
 AR.esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 
@@ -36,16 +37,20 @@ AR.load = async function () {
     const d = JSON.parse(inline.textContent);
     s.exported = d;
     Object.assign(s, { runs: d.runs, metrics: d.metrics, episodes: d.episodes, evals: d.evals });
+    s.doctors = d.doctors || d.runs.map(() => ({ state: "missing" }));
     return;
   }
   s.runs = await AR.get("api/runs");
-  s.evalStamp = (await AR.get("api/poll")).runs.map((x) => JSON.stringify(x.evals));
+  const polled = (await AR.get("api/poll")).runs;
+  s.evalStamp = polled.map((x) => JSON.stringify(x.evals));
+  s.doctorStamp = polled.map((x) => x.doctor ?? null);
   for (let r = 0; r < s.runs.length; r++) {
     s.metrics[r] = [];
     s.episodes[r] = [];
     s.generation[r] = s.runs[r].generation;
     await AR.fetchRun(r);
     await AR.fetchEvals(r);
+    await AR.fetchDoctor(r);
   }
 };
 
@@ -67,6 +72,10 @@ AR.fetchRun = async function (r) {
 
 AR.fetchEvals = async function (r) {
   AR.store.evals[r] = await AR.get(`api/runs/${r}/evals`);
+};
+
+AR.fetchDoctor = async function (r) {
+  AR.store.doctors[r] = await AR.get(`api/runs/${r}/doctor`);
 };
 
 // One episode record: src "s" = samples.jsonl, "e<k>" = eval report k.
@@ -97,6 +106,11 @@ AR.poll = async function () {
     if (stamp !== s.evalStamp[r]) {
       s.evalStamp[r] = stamp;
       await AR.fetchEvals(r);
+      changed = true;
+    }
+    if ((now.doctor ?? null) !== s.doctorStamp[r]) {
+      s.doctorStamp[r] = now.doctor ?? null;
+      await AR.fetchDoctor(r);
       changed = true;
     }
   }
