@@ -1,5 +1,5 @@
 """The ``agentrl`` command: train | eval | plan | sft | rm | dpo | serve-reward | serve-env | envs list |
-report | view | tasks.
+report | view | tasks | doctor.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -300,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("source", help="run dir (its latest checkpoint), checkpoint dir or policy dir")
     x.add_argument("out", help="output directory")
     x.set_defaults(fn=_export)
-    w = sub.add_parser("view", help="browse runs in a web page: curves, episodes, tokens, eval (127.0.0.1)")
-    w.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (agentrl train or eval --out)")
+    w = sub.add_parser("view", help="browse runs in a web page: curves, episodes, tokens, eval, doctor (127.0.0.1)")
+    w.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (agentrl train, eval --out or doctor --out)")
     w.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     w.add_argument("--port", type=_port, default=8765, help="TCP port, or 0 for a free one (default 8765)")
     w.add_argument("--token", default=None, help="token the page needs (default: $AGENTRL_VIEW_TOKEN; none if unset)")

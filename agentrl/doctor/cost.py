@@ -30,14 +30,17 @@ def tokens_per_episode(episodes: list[Trajectory]) -> dict[str, float]:
                                                                           for t in episodes)}
 
 
-def memory_plan(cfg: Any) -> tuple[dict[str, Any] | None, str]:
-    """(the plan's peak GiB per device and its rows, one line) for ``cfg``; None and why when it cannot be made."""
+def memory_plan(cfg: Any, prompt_tokens: int | None = None) -> tuple[dict[str, Any] | None, str]:
+    """(the plan's peak GiB per device and its rows, one line) for ``cfg`` (``prompt_tokens``: the longest
+    prompt played); None and why when it cannot be made (a hub model out of reach is found at once)."""
+    from agentrl.models import check_model_source
     from agentrl.training.memory_plan import GIB, plan_run
 
     try:
-        plan, source = plan_run(cfg)
+        check_model_source(cfg.model.path)
+        plan, source = plan_run(cfg, prompt_tokens=prompt_tokens)
     except Exception as e:  # noqa: BLE001 - e.g. a hub model offline: the rest of the check stands
-        return None, f"no memory plan ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        return None, f"no memory plan ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
     peak = plan.total() / GIB
     rows = [{"component": r.component, "gib": r.bytes / GIB, "where": r.where, "phase": r.phase or "always"}
             for r in plan.rows]
@@ -57,7 +60,9 @@ def check_cost(played: Any, forward_seconds: float | None, forward_rows: int) ->
     update = (3 * forward_seconds * cfg.learner.ppo_epochs * rows_per_step / max(1, forward_rows)
               if forward_seconds is not None else None)
     tokens = tokens_per_episode([t for t in played.episodes if not t.info.get("failed")])
-    plan, plan_line = memory_plan(cfg)
+    prompts = [len(t.prompt_ids) for t in played.episodes]  # by the config's tokenizer unless --model replaced it
+    same = played.cfg.model.path == cfg.model.path
+    plan, plan_line = memory_plan(cfg, max(prompts) if prompts and same else None)
     details = {"seconds": {k: round(v, 3) for k, v in s.items()},
                "generate_calls": len(played.generate_calls),
                "tokens_generated": sum(n for _, n in played.generate_calls),
@@ -68,8 +73,9 @@ def check_cost(played: Any, forward_seconds: float | None, forward_rows: int) ->
                "step": {"groups": step_groups, "samples": rows_per_step}, "memory_plan": plan}
     total = rollout + (update or 0.0)
     gen, env = s.get("generate", 0.0), s.get("env_steps", 0.0) + s.get("final_steps", 0.0)
-    summary = (f"{len(played.episodes)} episodes in {s.get('episodes', 0.0):.1f} s (generate {gen:.1f} s, env "
-               f"{env:.1f} s of which final steps {s.get('final_steps', 0.0):.1f} s); "
+    summary = (f"{len(played.episodes)} episodes in {s.get('episodes', 0.0):.1f} s (generate {gen:.1f} s; env steps "
+               f"{env:.1f} s over {cfg.rollout.env_workers} workers, {s.get('final_steps', 0.0):.1f} s of them ending "
+               f"episodes); "
                f"{tokens.get('generated_mean', 0):.0f} tokens generated per episode; projected step of "
                f"{rows_per_step} samples here: {total:.0f} s; {plan_line}")
     budget = cfg.learner.max_seconds

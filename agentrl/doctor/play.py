@@ -9,7 +9,6 @@ Every ``generate`` and every env step is timed (the cost check)."""
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 import time
@@ -101,30 +100,32 @@ class TimedPool(EnvPool):
 
 def runnable_here(cfg: RunConfig, model: str | None) -> tuple[RunConfig, list[str]]:
     """``cfg`` as this machine can play it (``model`` in place of ``model.path``) and what was changed."""
+    from dataclasses import replace
+
     import torch
 
-    cfg, notes = copy.deepcopy(cfg), []
+    notes, m, r, gpu = [], cfg.model, cfg.rollout, torch.cuda.is_available()
     if model:
-        notes.append(f"model {model} in place of {cfg.model.path} (--model)")
-        cfg.model.path = model
-    gpu = torch.cuda.is_available()
-    if cfg.model.device == "cuda" and not gpu:
+        notes.append(f"model {model} in place of {m.path} (--model)")
+        m = replace(m, path=model)
+    if m.device == "cuda" and not gpu:
         notes.append("model.device cuda -> cpu (no GPU here)")
-        cfg.model.device = "cpu"
-    if not gpu and cfg.model.dtype in ("bfloat16", "float16") and cfg.model.device != "cuda":
-        notes.append(f"model.dtype {cfg.model.dtype} -> float32 on the CPU")
-        cfg.model.dtype = "float32"
-    if cfg.rollout.engine == "vllm" and not gpu:
+        m = replace(m, device="cpu")
+    if not gpu and m.dtype in ("bfloat16", "float16"):
+        notes.append(f"model.dtype {m.dtype} -> float32 on the CPU")
+        m = replace(m, dtype="float32")
+    if r.engine == "vllm" and not gpu:
         notes.append("rollout.engine vllm -> hf (no GPU here): the logprobs check compares hf with the learner")
-        cfg.rollout.engine = "hf"
-    if cfg.cluster.mode != "local":
-        notes.append(f"cluster.mode {cfg.cluster.mode} -> local: played in one process (the cost check plans "
-                     f"for the {cfg.cluster.mode} cluster)")
-        cfg.cluster.mode = "local"
-    if cfg.rollout.async_:
+        r = replace(r, engine="hf")
+    if r.async_:
         notes.append("rollout.async -> off: the episodes are played inline")
-        cfg.rollout.async_ = False
-    return cfg, notes
+        r = replace(r, async_=False)
+    c = cfg.cluster
+    if c.mode != "local":
+        notes.append(f"cluster.mode {c.mode} -> local: played in one process (the cost check plans for the "
+                     f"{c.mode} cluster)")
+        c = replace(c, mode="local")
+    return replace(cfg, model=m, rollout=r, cluster=c), notes
 
 
 def play(cfg: RunConfig, episodes: int = 32, model: str | None = None, warm_start: bool = False,
@@ -136,7 +137,7 @@ def play(cfg: RunConfig, episodes: int = 32, model: str | None = None, warm_star
     from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
     from agentrl.training.lora import apply_lora
     from agentrl.training.tasks import seed_everything
-    from agentrl.training.warm_start import maybe_warm_start
+    from agentrl.training.warm_start import maybe_warm_start, warm_start_decision
 
     original, loading = cfg, time.perf_counter()
     cfg, notes = runnable_here(cfg, model)
@@ -146,6 +147,9 @@ def play(cfg: RunConfig, episodes: int = 32, model: str | None = None, warm_star
     policy, tokenizer = load_policy(cfg, model_path)
     warm = maybe_warm_start(cfg, policy, tokenizer, model_path, env, lambda: make_env(cfg, cfg.env.dev_kwargs),
                             log=log, cached_only=not warm_start)
+    if warm is None and not warm_start and warm_start_decision(cfg, env, tokenizer)[0]:
+        notes.append("the config warm-starts the model but no warm start is cached here: the episodes are the "
+                     "model's before it (--warm-start runs it; agentrl train caches it)")
     policy = apply_lora(policy, cfg.learner.lora)
     played = Played(cfg, original, env, tokenizer, policy, None, None, [], [], notes=notes, warm_start=warm)
     played.engine = make_engine(cfg, policy, tokenizer, model_path)

@@ -21,7 +21,7 @@ def call(turn: int, name: str | None = "bash", error: str | None = None) -> dict
 
 
 def test_sniff_tells_the_field_s_call_formats_apart() -> None:
-    assert sniff(HERMES)[0] == "hermes"
+    assert sniff(HERMES) == ["hermes"]  # not also llama3_json for the JSON line inside the tags
     assert sniff('<tool_call>[{"name": "f", "arguments": {}}]</tool_call>') == ["hermes (a JSON list)"]
     assert sniff('<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n</function>') == ["qwen3_coder"]
     assert sniff('{"name": "bash", "parameters": {"command": "ls"}}') == ["llama3_json"]
@@ -45,6 +45,14 @@ def test_a_parser_that_never_matches_the_model_s_format_fails_and_names_it() -> 
     assert c.status == "fail" and "look like hermes calls but the env parses llama3_json" in c.summary, c
     assert "tool_parser" in c.advice and c.details["turn_kinds"] == {"unparsable": 8}
     assert c.details["unparsable_outputs"] == [HERMES] * 3
+
+
+def test_a_model_that_mostly_writes_another_format_fails_even_when_one_call_parses() -> None:
+    eps = [episode(responses=[HERMES]) for _ in range(6)] + [
+        episode(responses=['{"name": "bash", "parameters": {}}'], calls=[call(0)])]
+    c = check_tools(eps, [], "llama3_json", True)
+    assert c.status == "fail" and c.details["formats_seen_unparsed"] == {"hermes": 6}, c
+    assert check_tools(eps[:1] + eps[-1:] * 2, [], "llama3_json", True).status == "pass"  # 1 stray vs 2 parsed
 
 
 def test_calls_that_parse_pass_and_figures_add_up() -> None:
