@@ -15,19 +15,17 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from viewkit import tokenizer, viewer, write_run
+from viewkit import open_page, tokenizer, viewer, write_run
 
 from agentrl.cli import main
 from agentrl.episodes import read_samples
 
 pytestmark = pytest.mark.slow  # a warm start, two RL steps, an evaluation, a resumed step and a browser: ~1-2 min
 
-CHROMIUM = "/usr/bin/chromium"
 ACTION, FEEDBACK, PROMPT, MISMATCH = (187, 247, 208), (229, 231, 235), (219, 234, 254), (220, 38, 38)
 CONFIG = """\
 model:
@@ -63,18 +61,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"trained": run, "handmade": write_run(tmp / "handmade", tokenizer()), "tmp": tmp, "config": tmp / "tool.yaml"}
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
 def shot(page: Any, tmp: Path, name: str, element: Any = None) -> bytes:
     """A screenshot (of the page or one element), kept in tmp and $AGENTRL_VIEW_SHOTS."""
     png = (element or page).screenshot(**({} if element else {"full_page": True}))
@@ -108,17 +94,6 @@ def dominant(png: bytes, ignore: tuple[tuple[int, int, int], ...] = ()) -> tuple
     """The most frequent colour of a screenshot (besides ``ignore``)."""
     shares = {c: n for c, n in colours(png).items() if c not in ignore}
     return max(shares, key=shares.get)
-
-
-def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
-    """A page at ``url`` once it has loaded its data; the errors it logs are collected."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(url)
-    page.wait_for_selector("body[data-ready='1']", timeout=30_000)
-    return page, errors
 
 
 def tool_episode(run: Path) -> tuple[int, Any]:

@@ -12,19 +12,17 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from viewkit import tokenizer, viewer, write_run
+from viewkit import open_page, tokenizer, viewer, write_run
 
 from agentrl.cli import main
 from agentrl.doctor.report import Check, Report
 from agentrl.viewer.doctor import MAX_BYTES, read_doctor
 
-CHROMIUM = "/usr/bin/chromium"
 XSS = 'model said <img src=x onerror="window.pwned=1"><script>window.pwned=2</script></td>&amp;'
 COLOURS = {"pass": (22, 163, 74), "warn": (217, 119, 6), "fail": (220, 38, 38), "skip": (156, 163, 175)}
 STATUSES = ["pass", "warn", "pass", "fail", "pass", "skip", "pass"]
@@ -155,29 +153,6 @@ def test_the_export_inlines_the_report_and_no_summary_ends_its_script(tmp_path: 
 
 
 # ---------------------------------------------------------------------------------------- in Chromium
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
-    """A page at ``url`` once it has loaded its data; the errors it logs are collected."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(url)
-    page.wait_for_selector("body[data-ready='1']", timeout=30_000)
-    return page, errors
-
-
 def dominant(png: bytes) -> tuple[int, int, int]:
     from PIL import Image
 

@@ -129,3 +129,14 @@ def _first_line(proc: subprocess.Popen, timeout_s: float) -> str:
             if "agentrl view:" in line:
                 return line
     return seen or f"(nothing printed; exit code {proc.poll()})"
+
+
+def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
+    """A page at ``url`` once it has loaded its data; the errors it logs are collected."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+    return page, errors
