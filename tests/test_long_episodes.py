@@ -317,8 +317,17 @@ def test_old_configs_and_one_final_reward_give_the_old_advantages_and_gradient(t
         assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads[0], g))
 
 
+def test_a_context_policy_implies_turn_samples():
+    """truncate|compact made the user also set rollout.samples=turn, its only valid value (issue 46, 7)."""
+    from agentrl.config import load_config
+
+    for policy in ("truncate", "compact"):
+        assert load_config(None, [f"rollout.context.policy={policy}"]).rollout.samples == "turn"
+    assert load_config(None, []).rollout.samples == "episode"
+
+
 @pytest.mark.parametrize("overrides,message", [
-    (["rollout.context.policy=compact"], "set rollout.samples=turn"),
+    (["rollout.context.policy=compact", "algo.estimator=gae"], "(implied by rollout.context.policy=compact)"),
     (["rollout.context.policy=shrink"], "valid: none, truncate, compact"),
     (["rollout.samples=step"], "valid: episode, turn"),
     (["algo.turn_gamma=1.5"], "expected a discount in (0, 1]"),

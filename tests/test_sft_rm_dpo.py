@@ -179,6 +179,21 @@ def test_warm_start_keeps_the_best_dev_weights(tiny):
     assert all(torch.equal(v, snapshots[1][k]) for k, v in model.state_dict().items())
 
 
+def test_a_warm_start_shorter_than_eval_every_still_evaluates_its_weights(tiny):
+    """max_steps below eval_every ran no dev evaluation and reported -1.000 ("does not learn") (issue 46)."""
+    model, tok, _ = tiny
+    import copy
+
+    model = copy.deepcopy(model)
+    pairs = [(tok(f"{a}+{b}=")["input_ids"], tok(str(a + b))["input_ids"] + [tok.eos_token_id]) for a, b in [(1, 2)]]
+    res = train_sft(model, pairs, tok.pad_token_id, lr=1e-3, batch_size=1, max_steps=3, eval_every=10, patience=2,
+                    dev_accuracy=lambda: 0.6, log=lambda s: None)
+    assert res.steps == 3 and res.best_dev_accuracy == 0.6 and [(h[0], h[2]) for h in res.history] == [(3, 0.6)]
+    res = train_sft(model, pairs, tok.pad_token_id, lr=1e-3, batch_size=1, max_steps=4, eval_every=2, patience=9,
+                    dev_accuracy=lambda: 0.5, log=lambda s: None)
+    assert [h[0] for h in res.history] == [2, 4]  # the last step was an evaluation: not evaluated twice
+
+
 # ------------------------------------------------------------------ the three stages (slow tier)
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory) -> dict[str, Any]:

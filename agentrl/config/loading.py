@@ -11,6 +11,7 @@ import keyword
 import sys
 import types
 import typing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +211,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     data = read_yaml(path) if path else {}
     extra = parse_overrides(overrides or [])
     data = _merge(drop_old_env_kwargs(data, extra), extra)
-    cfg = resolve_auto(build(cls, data))
+    cfg = implied(resolve_auto(build(cls, data)))
     check_credit_and_context(cfg)
     return cfg
+
+
+def implied(cfg: Any) -> Any:
+    """Settings another one implies: ``rollout.context.policy`` truncate|compact rebuilds the context, so an
+    episode becomes several samples (``rollout.samples: turn``, its only valid value)."""
+    rollout = getattr(cfg, "rollout", None)
+    if rollout is None or rollout.context.policy == "none" or rollout.samples == "turn":
+        return cfg
+    return replace(cfg, rollout=replace(rollout, samples="turn"))
 
 
 def check_credit_and_context(cfg: Any) -> None:
@@ -235,12 +245,10 @@ def check_credit_and_context(cfg: Any) -> None:
         raise ConfigError("rollout.context.max_tokens and summary_tokens: expected a token count >= 0 (0: default)")
     if not 0 < ctx.truncate_keep <= 1:
         raise ConfigError(f"rollout.context.truncate_keep: expected a fraction in (0, 1], got {ctx.truncate_keep!r}")
-    if ctx.policy != "none" and rollout.samples != "turn":
-        raise ConfigError(f"rollout.context.policy={ctx.policy} rebuilds the context, so an episode becomes several "
-                          f"samples: set rollout.samples=turn")
     if rollout.samples == "turn" and algo.estimator == "gae":
-        raise ConfigError("rollout.samples=turn with algo.estimator=gae: the critic scores one sequence per episode; "
-                          "use an outcome estimator (group_norm, rloo, ...)")
+        why = f" (implied by rollout.context.policy={ctx.policy})" if ctx.policy != "none" else ""
+        raise ConfigError(f"rollout.samples=turn{why} with algo.estimator=gae: the critic scores one sequence per "
+                          f"episode; use an outcome estimator (group_norm, rloo, ...)")
 
 
 ASYNC_TIS_CAP = 2.0

@@ -119,7 +119,7 @@ class ContextConfig:
     """What a multi-turn episode does when its next turn would not fit in max_tokens: none (it ends, end_reason
     context_full) | truncate (keep the prompt and the last turns that fit, older turns replaced by a one-line
     marker) | compact (the policy writes a summary of the episode when asked; the episode goes on from the
-    prompt and that summary, whose tokens are trained as actions). truncate and compact need rollout.samples=turn:
+    prompt and that summary, whose tokens are trained as actions). truncate and compact imply rollout.samples=turn:
     each rebuilt context starts a new sample of the episode."""
     max_tokens: int = 0
     """Most tokens in the policy's context: prompt, history and the turn it generates (0 = the model's context,

@@ -236,7 +236,8 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
     """The warm start: train until ``max_steps``, ``target_accuracy`` on dev, or ``patience``
     evaluations without progress (a better accuracy under ``min_accuracy`` is no progress, so a warm
     start that never reaches a useful accuracy stops after ``patience`` evaluations). Keeps (and
-    restores) the weights of the best dev accuracy.
+    restores) the weights of the best dev accuracy; the last weights are evaluated too when the last
+    step was not an evaluation step.
 
     ``pairs``: (prompt ids, response ids) pairs or Trajectories (loss on their action segments).
     """
@@ -262,6 +263,8 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
 
     result = train_loop(model, list(pairs), optim, sft_micro_loss(model, pad_id), on_eval=on_eval,
                         on_log=on_log, seed=seed)
+    if dev_accuracy is not None and result.steps and (not history or history[-1][0] != result.steps):
+        on_eval(result.steps)  # the last weights are a candidate too (max_steps below eval_every: the only one)
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     return SFTResult(result.steps, best["acc"], last_loss[0], result.seconds, history)
