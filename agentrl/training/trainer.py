@@ -70,6 +70,7 @@ class Trainer:
         """``doctor(tokenizer, feedback_role)`` makes the check of the first batch, ``check(trajectories,
         experience)``, which raises to stop the run (``agentrl train``: ``agentrl.doctor.first_step``)."""
         self.cfg = cfg
+        doctor = None if resume else doctor  # a resumed run's first batch was checked when it started
         self.doctor_texts = doctor is not None
         if cfg.rollout.async_ and cfg.rollout.engine == "vllm" and cfg.cluster.mode == "local":
             raise ValueError("rollout.async with rollout.engine=vllm runs over Ray (cluster.mode=ray); here use hf")

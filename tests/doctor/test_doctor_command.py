@@ -43,13 +43,13 @@ def test_a_sound_single_turn_config_passes_and_writes_doctor_json(tmp_path: Path
 
 
 def test_a_constant_verifier_fails(capsys) -> None:
-    status, report = doctor(capsys, DEMO, *FAST, f"reward.fn={HERE / 'verifiers.py'}:constant", "--episodes", "16")
+    status, report = doctor(capsys, DEMO, *FAST, f"reward.fn={HERE / 'broken_verifiers.py'}:constant", "--episodes", "16")
     reward = by_name(report)["reward"]
     assert status == 1 and reward["status"] == "fail" and "does not depend on the answer" in reward["advice"]
 
 
 def test_a_verifier_that_crashes_on_30_percent_fails(capsys) -> None:
-    status, report = doctor(capsys, DEMO, *FAST, f"reward.fn={HERE / 'verifiers.py'}:crashes_3_in_10",
+    status, report = doctor(capsys, DEMO, *FAST, f"reward.fn={HERE / 'broken_verifiers.py'}:crashes_3_in_10",
                             "--episodes", "40")
     reward = by_name(report)["reward"]
     assert status == 1 and reward["status"] == "fail", reward

@@ -1,4 +1,4 @@
-"""Deliberately broken verifiers for the doctor's tests (``reward.fn: tests/doctor/verifiers.py:NAME``)."""
+"""Deliberately broken verifiers for the doctor's tests (``reward.fn: tests/doctor/broken_verifiers.py:NAME``)."""
 
 from __future__ import annotations
 
