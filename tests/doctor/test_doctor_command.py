@@ -78,3 +78,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args: list[str], message: str)
     assert main(["doctor", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["harbor_grpo_tiny.yaml", "terminal_tiny.yaml", "tool_math_grpo_tiny.yaml"])
+def test_the_shipped_agent_configs_pass_what_an_untrained_model_can(config: str, capsys) -> None:
+    """Token exactness, the mask, engine vs learner and the grader pass on the shipped configs; an untrained
+    model (no warm start cached in a fresh cache) makes no call and earns nothing: tools and reward warn,
+    never fail, and the reference answers score."""
+    status, report = doctor(capsys, str(ROOT / "examples" / "configs" / config), "--episodes", "16",
+                            "--audit-tasks", "1")
+    checks = by_name(report)
+    assert status == 0 and report["ok"], [(c["name"], c["summary"]) for c in report["checks"] if c["status"] == "fail"]
+    for name in ("tokens", "mask", "logprobs", "cost"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert checks["grader"]["status"] == ("skip" if config.startswith("tool_math") else "pass")
+    assert checks["reward"]["details"]["reference"]["mean"] == 1.0
