@@ -72,6 +72,18 @@ def test_summary_and_tables_by_hand():
     assert set(t["difficulties"]) == {"d1 | 1", "d1 | 2", "d2 | 1"}
 
 
+def test_maj_at_1_is_never_reported_missing():
+    """The default eval.k=[1] printed "maj@1: not computed" for every env without parsed answers (issue 46, 5)."""
+    from agentrl.evaluation.metrics import skipped_metrics
+
+    r = [TaskResult("a", "d", "1", [True, False, True, True], [1, 0, 1, 1], [3] * 4, None)]
+    assert skipped_metrics(r, [1]) == {}
+    assert skipped_metrics(r, [1, 4]) == {"maj@4": "the env gives no parsed final answers to vote on "
+                                                   "(info['parsed'] from step)"}
+    assert skipped_metrics(r, [8]) == {"pass@8": "needs eval.n_samples >= 8 (it is 4)",
+                                       "maj@8": "needs eval.n_samples >= 8 (it is 4)"}
+
+
 def test_task_results_group_samples_and_a_failed_episode_does_not_vote():
     from agentrl.evaluation.metrics import task_results
     from agentrl.types import Segment, Task, Trajectory

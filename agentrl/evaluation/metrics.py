@@ -117,7 +117,8 @@ def summarize(results: list[TaskResult], ks: Sequence[int]) -> dict[str, float]:
 
 
 def skipped_metrics(results: list[TaskResult], ks: Sequence[int]) -> dict[str, str]:
-    """Why each asked-for pass@k / maj@k is missing from :func:`summarize` (metric -> reason)."""
+    """Why each asked-for pass@k / maj@k is missing from :func:`summarize` (metric -> reason); maj@1 (a
+    majority of one sample: pass@1) is not missed."""
     if not results:
         return {}
     n = min(len(r.correct) for r in results)
@@ -125,7 +126,7 @@ def skipped_metrics(results: list[TaskResult], ks: Sequence[int]) -> dict[str, s
     for k in sorted(set(ks)):
         if k > n:
             out[f"pass@{k}"] = out[f"maj@{k}"] = f"needs eval.n_samples >= {k} (it is {n})"
-        elif not all(r.answers is not None for r in results):
+        elif k > 1 and not all(r.answers is not None for r in results):  # maj@1 is pass@1: nothing to say
             out[f"maj@{k}"] = "the env gives no parsed final answers to vote on (info['parsed'] from step)"
     return out
 

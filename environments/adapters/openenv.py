@@ -17,7 +17,9 @@ with ``done`` or after ``max_turns`` turns. A server that dies fails only the ep
 leave the loss).
 
 Tasks are seeds (``Task(id="seed-N", metadata={"seed": N})``): OpenEnv envs choose their own problem in
-``reset``, so the prompt the policy sees is the observation that reset returns, per episode.
+``reset``, so the prompt the policy sees is the observation that reset returns, per episode. ``split``
+(train | test | dev) draws its seeds from its own residue modulo 3, so held-out evaluation (``env.eval_kwargs``
+defaults to ``{split: test}``) and dev tasks never share a seed with training.
 """
 
 from __future__ import annotations
@@ -146,6 +148,10 @@ def action_field_of(schema: dict[str, Any], wanted: str | None) -> str:
     return strings[0]
 
 
+SPLITS = {"train": 0, "test": 1, "dev": 2}
+"""A split's seeds: those equal to its value modulo 3."""
+
+
 class OpenEnvEnv(TextEnv):
     """An OpenEnv server's env, an episode per WebSocket session (see the module docstring)."""
 
@@ -153,9 +159,13 @@ class OpenEnvEnv(TextEnv):
 
     def __init__(self, target: str, action_field: str | None = None, observation_field: str | None = None,
                  max_turns: int = 1, timeout_s: float = 300.0, start_timeout_s: float = 120.0,
-                 render_mode: str | None = None) -> None:
+                 split: str = "train", render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         import httpx
+
+        if split not in SPLITS:
+            raise EnvError(f"openenv: no split {split!r}; valid: {', '.join(SPLITS)} (each draws its own seeds)")
+        self.split = split
 
         self.target, self.url = target, launch(target, start_timeout_s)
         try:
@@ -178,7 +188,7 @@ class OpenEnvEnv(TextEnv):
         return twin
 
     def sample_task(self, rng: np.random.Generator) -> Task:
-        seed = int(rng.integers(0, 2**31 - 1))
+        seed = 3 * int(rng.integers(0, (2**31 - 1) // 3)) + SPLITS[self.split]  # the split's own seeds
         return Task(id=f"seed-{seed}", prompt="", answer=None, metadata={"seed": seed})
 
     def score(self, action: str, task: Task) -> RewardResult:

@@ -55,6 +55,31 @@ def test_trains_two_steps_on_a_running_openenv_server(tmp_path, word_server):
         assert t.reward == (1.0 if said == target else 0.5 if target in said else 0.0)
 
 
+def test_the_default_held_out_split_trains_and_splits_never_share_a_seed(tmp_path, capsys):
+    """cpu_demo.yaml with env.id=openenv:URL died on env.eval_kwargs={split: test} (issue 46, finding 6)."""
+    with uvicorn_app("openenv_word:app") as (url, _):  # a server of its own: nothing of another test's sessions
+        _check_splits(url, tmp_path, capsys)
+
+
+def _check_splits(word_server: str, tmp_path: Path, capsys) -> None:
+    from agentrl.cli import main
+    from agentrl.env import fixed_tasks
+
+    demo = str(Path(__file__).resolve().parents[2] / "examples" / "configs" / "cpu_demo.yaml")
+    quick = [t for t in TINY if not t.startswith(("env.eval_kwargs", "env.dev_kwargs"))]
+    assert main(["train", demo, f"env.id=openenv:{word_server}", "env.kwargs={observation_field: instruction}",
+                 *quick, "--run-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    seeds = {}
+    for split in ("train", "test", "dev"):
+        env = make(f"openenv:{word_server}", split=split)
+        seeds[split] = {t.metadata["seed"] for t in fixed_tasks(env, 50, 0)}
+        env.close()
+        assert {s % 3 for s in seeds[split]} == {adapter.SPLITS[split]}
+    assert not (seeds["train"] & seeds["test"]) and not (seeds["train"] & seeds["dev"])
+    with pytest.raises(EnvError, match="no split 'validation'; valid: train, test, dev"):
+        make(f"openenv:{word_server}", split="validation")
+
+
 def test_the_action_field_comes_from_the_schema_and_errors_name_the_fields():
     with uvicorn_app("openenv_word:app") as (url, _):  # a server of its own: nothing of another test's sessions
         _check_fields(url)
