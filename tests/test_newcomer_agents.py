@@ -353,6 +353,11 @@ def test_evaluation_on_training_rows_is_a_loud_warning(tmp_path: Path) -> None:
     assert held_out_warning(split.env.id, make_env(split), eval_tasks, {}).startswith("WARNING: 15 of 20")
     procedural = load_config(None, [])
     assert held_out_warning("a", make_env(procedural), fixed_tasks(make_env(procedural), 8, 0), {}) is None
+    harbor = load_config(None, [f"env.id=harbor:{ROOT / 'examples' / 'tasks'}"])  # a folder: a dataset path was advised
+    eval_tasks = fixed_tasks(make_env(harbor, harbor.env.eval_kwargs), 4, 0)
+    warning = held_out_warning(harbor.env.id, make_env(harbor), eval_tasks, harbor.env.eval_kwargs)
+    assert warning.startswith("WARNING: 4 of 4 held-out tasks of harbor:") and "dataset" not in warning
+    assert "env.id: harbor:TASKS/{split} (TASKS/train and TASKS/test" in warning
 
 
 # ------------------------------------------------------------------ 10: eval writes beside the run, never over

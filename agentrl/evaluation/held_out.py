@@ -28,6 +28,10 @@ def held_out_warning(env_id: str, train_env: Any, eval_tasks: list[Task], eval_k
     n = training_overlap(train_env, eval_tasks)
     if not n:
         return None
-    return (f"WARNING: {n} of {len(eval_tasks)} held-out tasks of {env_id} (env.eval_kwargs={eval_kwargs}) are "
-            f"training tasks: held-out accuracy measures memory, not generalisation. Give held-out rows, e.g. "
-            f"env.eval_kwargs: {{dataset: test.jsonl}}, or a dataset path with {{split}} (train.jsonl / test.jsonl)")
+    head = (f"WARNING: {n} of {len(eval_tasks)} held-out tasks of {env_id} (env.eval_kwargs={eval_kwargs}) are "
+            f"training tasks: held-out accuracy measures memory, not generalisation. ")
+    if env_id.startswith("harbor:"):  # a folder of task directories: one folder per split
+        return head + ("Give held-out tasks: a folder per split, env.id: harbor:TASKS/{split} (TASKS/train and "
+                       "TASKS/test hold different task directories)")
+    return head + ("Give held-out rows, e.g. env.eval_kwargs: {dataset: test.jsonl}, or a dataset path with {split} "
+                   "(train.jsonl / test.jsonl)")
