@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import select
 import shlex
 import signal
@@ -52,6 +53,9 @@ if sys.argv[1:2] in (["local"], ["zygote"]):
     import _ws_root  # type: ignore[import-not-found]  # noqa: F401 (imported before the pivot)
 
 STATE = "/run/agentrl"
+HARNESS_EVAL = re.compile(r"^(\S*bash): eval: line (\d+):", re.M)
+"""The ``eval`` that runs each command names itself in bash's errors, with the shell's input line: the agent sees
+``bash: line N:`` with N the line of its own command, as ``bash -c`` would say."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -190,9 +194,9 @@ class Runtime:
         nonce = os.urandom(12).hex()
         before = set(processes().values())
         self.send(f"IFS= read -r -d '' __agentrl_cmd <<'AGENTRL_{nonce}'\n{command}\nAGENTRL_{nonce}\n"
-                  f"eval \"$__agentrl_cmd\" < /dev/null\n__agentrl_rc=$?\n"
+                  f"__agentrl_line=$LINENO; eval \"$__agentrl_cmd\" < /dev/null\n__agentrl_rc=$?\n"
                   f"export -p 2>/dev/null > {STATE}/env\n"
-                  f"printf '\\n{nonce} %d %s\\n' \"$__agentrl_rc\" \"$PWD\"\n")
+                  f"printf '\\n{nonce} %d %d %s\\n' \"$__agentrl_rc\" \"$__agentrl_line\" \"$PWD\"\n")
         start = time.monotonic()
         found = self.read_until(cap, nonce.encode(), start + timeout_s)
         timed_out = found is None and time.monotonic() >= start + timeout_s  # else: the shell's output ended
@@ -205,13 +209,16 @@ class Runtime:
             self.start_shell(restore=True)
             code, cut = None, 0
         else:
-            code, cut, self.cwd = found
+            code, cut, self.cwd, base = found
         output, truncated = cap.result(cut)
+        if found is not None:  # bash numbers the eval's lines from the shell's input: the command's own instead
+            output = HARNESS_EVAL.sub(lambda m: f"{m[1]}: line {max(1, int(m[2]) - base + 1)}:", output)
         return {"exit_code": code, "output": output, "timed_out": timed_out, "truncated": truncated,
                 "duration_s": time.monotonic() - start, "shell_restarted": found is None and not timed_out}
 
-    def read_until(self, cap: Capture, nonce: bytes, deadline: float) -> tuple[int, int, str] | None:
-        """Read the shell's output into ``cap`` until the marker line: (status, its length, cwd)."""
+    def read_until(self, cap: Capture, nonce: bytes, deadline: float) -> tuple[int, int, str, int] | None:
+        """Read the shell's output into ``cap`` until the marker line: (status, its length, cwd, the shell's
+        input line of the command's ``eval``)."""
         while True:
             timeout = deadline - time.monotonic()
             if timeout <= 0:
@@ -228,8 +235,8 @@ class Runtime:
             tail = cap.last(8192)
             at = tail.rfind(b"\n" + nonce + b" ")
             if at >= 0 and tail.endswith(b"\n"):
-                _, status, cwd = (tail[at + 1:-1].decode("utf-8", "replace").split(" ", 2) + [""])[:3]
-                return int(status), len(tail) - at, cwd or self.cwd
+                _, status, line, cwd = (tail[at + 1:-1].decode("utf-8", "replace").split(" ", 3) + [""])[:4]
+                return int(status), len(tail) - at, cwd or self.cwd, int(line or 1)
 
     def kill_new_groups(self, before: set[int]) -> None:
         """SIGKILL every process group that appeared since the command started (not the shell's)."""

@@ -53,7 +53,9 @@ def test_the_shell_keeps_its_state_between_commands(ws):
     assert r.output == "hi there from /app/src\nstarted\n"
     assert "Running" in ws.exec("jobs").output  # a background job of an earlier command
     assert ws.exec("false").exit_code == 1 and "[exit code 1]" in ws.exec("false").text()
-    assert ws.exec("if; then").exit_code == 2  # a syntax error is the command's, the shell goes on
+    r = ws.exec("echo one\nif; then")
+    assert r.exit_code == 2  # a syntax error is the command's, the shell goes on
+    assert "bash: line 2: syntax error near unexpected token `;'" in r.output and "eval" not in r.output, r.output
     assert ws.exec("cat").output == ""  # stdin is /dev/null: a command cannot read the protocol
 
 
