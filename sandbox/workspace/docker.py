@@ -27,6 +27,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -182,8 +183,23 @@ def image_for(client: Any, spec: WorkspaceSpec) -> str:
                 client.images.build(fileobj=_context_tar(spec.context, text), custom_context=True, tag=tag,
                                     rm=True, forcerm=True, network_mode="none")
             except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and APIError
-                raise BuildError(f"{spec.name}: docker build failed: {str(e).strip()[-400:]}") from None
+                raise BuildError(build_failed(spec.name, e)) from None
     return tag
+
+
+def build_failed(name: str, error: BaseException) -> str:
+    """One line for a failed ``docker build``: a RUN step's failure as the local backend says it (with what the
+    network has to do with it), else docker's own message."""
+    from .dockerfile import run_failed
+
+    text = str(error).strip()
+    m = re.search(r"The command '(?:/bin/sh -c )?(.*?)' returned a non-zero code: (\d+)", text, re.S)
+    if m is None:
+        return f"{name}: docker build failed: {text[-400:]}"
+    log = "".join(str(x.get("stream", "")) for x in getattr(error, "build_log", []) or [] if isinstance(x, dict))
+    log = re.sub(r"\x1b\[[0-9;]*m", "", log).rsplit("---> Running in", 1)[-1].split("\n", 1)[-1]  # the step's output
+    log = "\n".join(line for line in log.splitlines() if not line.strip().startswith("Removing intermediate"))
+    return run_failed(f"{name}: docker build: RUN {m[1][:80]!r}", m[1], log or text, int(m[2]))
 
 
 def _from_line(text: str) -> str:

@@ -27,6 +27,24 @@ from .base import BuildError, BuildStep
 SUPPORTED = ("FROM", "WORKDIR", "COPY", "ENV", "RUN")
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _VAR = re.compile(r"\$(?:\{(\w+)(?::([-+])([^}]*))?\}|(\w+))")
+FETCHERS = re.compile(r"(?<![\w-])(apt-get|apt|apk|yum|dnf|pip3?|uv|npm|yarn|pnpm|curl|wget|git|cargo|go|gem)(?![\w-])")
+"""Programs a RUN line uses to fetch from the network, which no workspace build has."""
+
+
+def run_failed(where: str, command: str, output: str, code: int | None = None) -> str:
+    """One line for a RUN step that failed: where, the exit status, what the network has to do with it when the
+    command fetches (``apt-get install``, ``pip install``, ``curl``: builds here have no network), and the end of
+    its output, cut at a line (never mid-word)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", output).strip()
+    if len(text) > 400:
+        tail = text[-400:]
+        text = "... " + (tail.split("\n", 1)[1] if "\n" in tail[:-1] else tail.split(" ", 1)[-1])
+    text = " | ".join(line.strip() for line in text.splitlines() if line.strip())  # one line
+    status = f" (exit {code})" if code is not None else ""
+    fetcher = FETCHERS.search(command)
+    hint = (f"; `{fetcher[1]}` needs the network, which a workspace build does not have: install it in the FROM "
+            f"image, or COPY the files in" if fetcher else "")
+    return f"{where} failed{status}{hint}; its output ends: {text or '(none)'}"
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,9 @@ class RuntimeWorkspace(Workspace):
         elif kind == "run":
             r = self.exec(args[0], timeout_s=BUILD_RUN_TIMEOUT_S)
             if r.exit_code != 0:
-                raise BuildError(f"{self.spec.name}: RUN at line {step.line} failed ({r.text().strip()[-400:]})")
+                from .dockerfile import run_failed
+
+                raise BuildError(run_failed(f"{self.spec.name}: RUN at line {step.line}", args[0], r.output, r.exit_code))
         else:
             raise BuildError(f"{self.spec.name}: unknown build step {kind!r}")
 

@@ -206,6 +206,25 @@ def test_the_local_backend_refuses_other_instructions_in_one_line():
         open_workspace(WorkspaceSpec(steps=bad.steps), "local")
 
 
+def test_a_run_line_that_needs_the_network_says_so_on_either_backend(backend, tmp_path):
+    """`RUN apt-get` offline failed with raw apt output cut mid-word (local) or "code 127" (Docker) (issue 46, 5)."""
+    from sandbox.workspace.dockerfile import run_failed
+
+    text = "FROM python:3.12-slim\nWORKDIR /app\nRUN apt-get update && apt-get install -y jq\n"
+    parsed = parse_dockerfile(text)
+    spec = WorkspaceSpec(steps=parsed.steps, context=str(tmp_path), workdir=parsed.workdir, env=parsed.env,
+                         dockerfile=text if backend == "docker" else None, name="needs-jq")
+    with pytest.raises(BuildError) as e:
+        open_workspace(spec, backend)
+    message = str(e.value)
+    assert message.startswith("needs-jq:") and "`apt-get` needs the network, which a workspace build does not have" in message
+    assert "\n" not in message and "\x1b" not in message and "intermediate container" not in message, message
+    long = "word " * 200 + "\nlast line of apt"
+    cut = run_failed("t: RUN at line 3", "pip install x", long, 1).split("its output ends: ")[1]
+    assert cut == "... last line of apt"  # cut at a line (or a word), never mid-word
+    assert "needs the network" not in run_failed("t: RUN at line 3", "make all", "error", 2)
+
+
 def test_workspaces_run_side_by_side(backend):
     results, errors = {}, []
 
