@@ -121,13 +121,6 @@ class GeneratedEnv(HarborEnv):
         """The oracle's calls and ``submit``, in one action of the env's tool-call format."""
         return render_calls(self.tool_parser, [*self.reference_calls(task), ("submit", {})])
 
-    def reference_action(self) -> str:
-        """The reference policy (the multi-turn warm start's): the oracle's calls and ``submit`` in the
-        first turn; should an episode still be going after it, ``submit``."""
-        if self.task is None:
-            raise RuntimeError("call reset() before reference_action()")
-        return self.reference_answer(self.task) if self.turn == 0 else render_calls(self.tool_parser, [("submit", {})])
-
 
 def task_toml(*, agent_timeout_s: float, verifier_timeout_s: float, memory_mb: int, storage_mb: int,
               metadata: dict[str, Any]) -> str:

@@ -166,6 +166,14 @@ class HarborEnv(WorkspaceEnv):
         calls += [("bash", {"command": run, "timeout": int(min(t.agent_timeout_s, 600))}), ("submit", {})]
         return render_calls(self.tool_parser, calls)
 
+    def reference_action(self) -> str:
+        """The reference policy (the multi-turn warm start's, ``agentrl doctor``'s control): the oracle's work
+        and ``submit`` in the first turn (:meth:`reference_answer`: a task's ``solution/solve.sh``; a task
+        without one fails its reference episode); should an episode still be going after it, ``submit``."""
+        if self.task is None:
+            raise RuntimeError("call reset() before reference_action()")
+        return self.reference_answer(self.task) if self.turn == 0 else render_calls(self.tool_parser, [("submit", {})])
+
     # ------------------------------------------------------------------ for task authors (agentrl tasks)
     def describe_task(self, name: str) -> dict[str, Any]:
         """What one task holds, for ``agentrl tasks list``."""

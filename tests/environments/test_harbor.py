@@ -340,3 +340,24 @@ def test_a_lone_mode_change_is_a_change_for_unchanged_reward(tmp_path):
             assert r == reward and ("not graded" not in output) == graded, (r, output)
     finally:
         env.close()
+
+
+def test_a_harbor_folder_warm_starts_from_its_oracles():
+    """Harbor tasks with solution/solve.sh had no reference policy: the warm start was off ("define
+    reference_action"), which a user of harbor: cannot do (issue 46, finding 2)."""
+    from agentrl.config import load_config
+    from agentrl.env import fixed_tasks, reference_episode
+    from agentrl.rollout.build import make_env
+    from agentrl.training.warm_start import warm_start_decision
+
+    cfg = load_config(None, [f"env.id=harbor:{EXAMPLES}", "env.kwargs={max_turns: 2}"])
+    env = make_env(cfg)
+    try:
+        run, why = warm_start_decision(cfg, env)
+        assert run and "reference policy" in why, why
+        for task in fixed_tasks(env, 2, 0):
+            texts, total = reference_episode(env, task)
+            assert total == 1.0 and len(texts) == 2, texts[-1][-500:]  # one turn: the oracle's work, then submit
+    finally:
+        env.close()
+    assert leftovers() == []
