@@ -84,6 +84,10 @@ class Tracker:
             self._wandb.log(metrics, step=step)
         if (self._progress is not None or self._plain) and "reward/mean" in metrics:
             status = f"reward {metrics.get('reward/mean', float('nan')):.3f}"
+            if metrics.get("groups/count"):  # a step whose groups all scored alike trains on no reward signal
+                varied = metrics.get("groups/varied", 0.0)
+                status += f" | {varied:.0f}/{metrics['groups/count']:.0f} groups varied" + ("" if varied else
+                                                                                            ": no reward signal")
             if "throughput/tokens_per_s" in metrics:
                 status += f" | {metrics['throughput/tokens_per_s']:.0f} tok/s"
             if "time/step" in metrics:

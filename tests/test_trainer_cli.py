@@ -98,3 +98,25 @@ def test_overrides_and_missing_file():
 def test_envs_list():
     out = _cli("envs", "list")
     assert out.returncode == 0 and "agentrl/Arithmetic-v0" in out.stdout.split()
+
+
+def test_the_step_line_says_how_many_groups_varied(tmp_path, capsys, monkeypatch):
+    """A step whose groups all scored alike (no update from the reward) printed only "reward 0.000" (issue 46, 4)."""
+    from agentrl.config import LogConfig
+    from agentrl.tracking import Tracker
+    from agentrl.training.metrics import group_metrics
+    from agentrl.types import Trajectory
+
+    def ep(group: int, reward: float, **info) -> Trajectory:
+        return Trajectory([1], [], reward, "t", group, info=info)
+
+    batch = [ep(0, 1.0), ep(0, 0.0), ep(1, 0.0), ep(1, 0.0), ep(2, 1.0), ep(2, 0.0, failed=True), ep(3, 1.0)]
+    assert group_metrics(batch) == {"groups/count": 2.0, "groups/varied": 1.0}  # 2 and 3 have one live sample
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # plain lines, as in a log file
+    tracker = Tracker(tmp_path, LogConfig(progress=True, tensorboard=False), total_steps=2)
+    tracker.log(1, {"reward/mean": 0.5, **group_metrics(batch)})
+    tracker.log(2, {"reward/mean": 0.0, **group_metrics(batch[2:4])})
+    tracker.close()
+    out = capsys.readouterr().out
+    assert "step 1/2 | reward 0.500 | 1/2 groups varied" in out
+    assert "step 2/2 | reward 0.000 | 0/1 groups varied: no reward signal" in out

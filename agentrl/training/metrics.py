@@ -33,10 +33,22 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
            "episode/turns": float(np.mean([t.info.get("turns", sum(s.is_action for s in t.segments))
                                            for t in trajs]))}
     out.update(context_metrics(trajs))
+    out.update(group_metrics(trajs))
     reasons = Counter(end_reason(t) for t in trajs)
     for reason in sorted(set(END_REASONS) | set(reasons)):
         out[f"episode/end_reason/{reason}"] = reasons.get(reason, 0) / max(1, len(trajs))
     return out
+
+
+def group_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """``groups/count``: groups of two or more samples that did not fail; ``groups/varied``: those whose rewards
+    differ (a group estimator learns from these only; none: the step has no reward signal)."""
+    groups: dict[int, list[float]] = {}
+    for t in trajs:
+        if not t.info.get("failed"):
+            groups.setdefault(t.group_id, []).append(t.reward)
+    sized = [r for r in groups.values() if len(r) >= 2]
+    return {"groups/count": float(len(sized)), "groups/varied": float(sum(max(r) > min(r) for r in sized))}
 
 
 def end_reason(t: Trajectory) -> str:
