@@ -371,7 +371,7 @@ class LogConfig:
     """Evaluate with greedy decoding."""
     samples_every: int = 10
     """Append a few training episodes (tokens, log-probs, rewards, tool calls: docs/trajectories.md) to
-    ``samples.jsonl`` every N steps (0 = off); ``agentrl view`` shows them."""
+    ``samples.jsonl`` every N steps, and at the first and the last step (0 = off); ``agentrl view`` shows them."""
     samples_per_step: int = 4
     """Training episodes written each time (spread over the batch)."""
     samples_learner_logprobs: bool = True

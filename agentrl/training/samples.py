@@ -54,13 +54,15 @@ def learner_logprobs(learner: Any, trajs: list[Trajectory], pad_token_id: int) -
 class SampleLog:
     """Appends episode records to ``RUN_DIR/samples.jsonl`` (see the module docstring)."""
 
-    def __init__(self, run_dir: str | Path, cfg: LogConfig, tokenizer: Any) -> None:
+    def __init__(self, run_dir: str | Path, cfg: LogConfig, tokenizer: Any, last_step: int = 0) -> None:
         self.path = Path(run_dir) / "samples.jsonl"
-        self.cfg, self.tokenizer = cfg, tokenizer
+        self.cfg, self.tokenizer, self.last_step = cfg, tokenizer, last_step
 
     def due(self, step: int) -> bool:
-        """Whether training step ``step`` (1-based) writes samples."""
-        return bool(self.cfg.samples_every) and step % self.cfg.samples_every == 0 and self.cfg.samples_per_step > 0
+        """Whether training step ``step`` (1-based) writes samples: every ``log.samples_every`` steps, and the
+        first and the last (``last_step``: a short run shows its episodes too)."""
+        every = self.cfg.samples_every
+        return bool(every) and self.cfg.samples_per_step > 0 and (step % every == 0 or step in (1, self.last_step))
 
     def train(self, step: int, trajs: list[Trajectory], version: int, learner: Any = None) -> list[EpisodeRecord]:
         """Record the training episodes of ``step`` when due; ``version``: the policy version that generated

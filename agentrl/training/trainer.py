@@ -100,7 +100,8 @@ class Trainer:
         if warning := held_out_warning(cfg.env.id, self.env, self.eval_tasks, cfg.env.eval_kwargs):
             print(warning, file=sys.stderr, flush=True)  # evaluation on training data: said, not hidden
         self.learner = self.build_learner()
-        self.samples = SampleLog(self.run_dir, cfg.log, self.tokenizer)  # episodes kept in samples.jsonl
+        self.samples = SampleLog(self.run_dir, cfg.log, self.tokenizer,  # episodes kept in samples.jsonl
+                                 last_step=cfg.learner.total_steps)
         a = cfg.algo
         self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.kl_coef))

@@ -148,14 +148,16 @@ def test_sample_log_writes_on_schedule(tmp_path: Path, tok: Any) -> None:
     for i, t in enumerate(trajs):
         t.task_id = f"t-{i}"
     assert [t.task_id for t in pick(trajs, 3)] == ["t-0", "t-2", "t-4"] and pick(trajs, 0) == []
-    log = SampleLog(tmp_path, LogConfig(samples_every=2, samples_per_step=3, eval_samples=1), tok)
-    assert log.train(1, trajs, version=0) == [] and not (tmp_path / "samples.jsonl").exists()
-    written = log.train(2, trajs, version=1, learner=PolicyLearner(tiny_policy(tok), LearnerConfig(), AlgoConfig()))
+    log = SampleLog(tmp_path, LogConfig(samples_every=4, samples_per_step=3, eval_samples=1), tok, last_step=6)
+    assert [log.due(k) for k in range(1, 10)] == [True, False, False, True, False, True, False, True, False]
+    assert log.train(3, trajs, version=0) == [] and not (tmp_path / "samples.jsonl").exists()
+    written = log.train(4, trajs, version=1, learner=PolicyLearner(tiny_policy(tok), LearnerConfig(), AlgoConfig()))
     assert len(written) == 3 and all(r.segments[1].learner_logprobs for r in written)
     tasks = [Task("e-0", "q"), Task("e-1", "q", metadata={"difficulty": 3})]
-    log.eval(2, tasks, trajs[:4], n_samples=2, version=2)  # the first task's 2 samples
+    log.eval(4, tasks, trajs[:4], n_samples=2, version=2)  # the first task's 2 samples
     back = read_samples(tmp_path)
-    assert [(r.split, r.step) for r in back] == [("train", 2)] * 3 + [("eval", 2)] * 2
+    assert [(r.split, r.step) for r in back] == [("train", 4)] * 3 + [("eval", 4)] * 2
+    assert not SampleLog(tmp_path, LogConfig(samples_every=0), tok, last_step=6).due(1)  # 0: off, first step too
     assert [s.version for s in back[-1].segments if s.role == "action"] == [3, 4]  # the trajectory's own
 
 
