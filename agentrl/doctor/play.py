@@ -154,9 +154,10 @@ def play(cfg: RunConfig, episodes: int = 32, model: str | None = None, warm_star
     played = Played(cfg, original, env, tokenizer, policy, None, None, [], [], notes=notes, warm_start=warm)
     played.engine = make_engine(cfg, policy, tokenizer, model_path)
     played.executor = make_executor(cfg, env, TimedEngine(played.engine, played.generate_calls), tokenizer)
-    old = played.executor.pool
-    played.executor.pool = TimedPool(cfg.rollout.env_workers, cfg.env.step_timeout_s, played.step_seconds)
-    old.close()
+    old = getattr(played.executor, "pool", None)
+    if isinstance(old, EnvPool):  # a black-box agent's executor runs its own program: its steps are not timed
+        played.executor.pool = TimedPool(cfg.rollout.env_workers, cfg.env.step_timeout_s, played.step_seconds)
+        old.close()
     if hasattr(played.executor, "keep_observations"):
         played.executor.keep_observations = True
     played.seconds["load"] = time.perf_counter() - loading
