@@ -161,5 +161,12 @@ def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step
     start = "after warm start" if warm else "before RL"
     steps = f"{steps_run} step{'' if steps_run == 1 else 's'}" + (
         f" (steps {start_step + 1}-{start_step + steps_run} of a resumed run)" if start_step else "")
-    return (f"held-out accuracy: {start} {before:.3f} -> after RL {after:.3f} ({after - before:+.3f}) "
+    line = (f"held-out accuracy: {start} {before:.3f} -> after RL {after:.3f} ({after - before:+.3f}) "
             f"in {steps}, {summary['rl_seconds']:.0f} s of RL")
+    tasks = int(summary.get("eval_tasks") or 0)
+    if tasks:  # how much of that is noise: n tasks (x samples), the standard error of each accuracy
+        n = tasks * max(1, int(summary.get("eval_samples") or 1))
+        errors = [math.sqrt(p * (1 - p) / n) for p in (before, after) if 0 <= p <= 1]  # NaN: not measured
+        how = "greedy" if summary.get("eval_greedy") else f"sampled ({summary.get('eval_samples', 1)} per task)"
+        line += f"; {how} on {tasks} held-out tasks" + (f", standard error +-{max(errors):.3f}" if errors else "")
+    return line

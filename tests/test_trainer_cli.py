@@ -120,3 +120,18 @@ def test_the_step_line_says_how_many_groups_varied(tmp_path, capsys, monkeypatch
     out = capsys.readouterr().out
     assert "step 1/2 | reward 0.500 | 1/2 groups varied" in out
     assert "step 2/2 | reward 0.000 | 0/1 groups varied: no reward signal" in out
+
+
+def test_the_closing_line_says_how_accuracy_was_measured_and_its_error():
+    """The final line was greedy success with no task count and no error bar (issue 46, finding 4)."""
+    from agentrl.tracking import closing_line
+
+    summary = {"eval_before": 0.4, "eval_after": 0.5, "rl_seconds": 12.0, "eval_tasks": 10, "eval_samples": 1,
+               "eval_greedy": True}
+    line = closing_line(summary, True, 3)
+    assert line.startswith("held-out accuracy: after warm start 0.400 -> after RL 0.500 (+0.100) in 3 steps, 12 s")
+    assert line.endswith("; greedy on 10 held-out tasks, standard error +-0.158")  # sqrt(0.5 * 0.5 / 10)
+    sampled = closing_line({**summary, "eval_samples": 4, "eval_greedy": False, "eval_before": float("nan")}, False, 1)
+    assert sampled.endswith("; sampled (4 per task) on 10 held-out tasks, standard error +-0.079")  # n = 40
+    assert "standard error" not in closing_line({**summary, "eval_before": float("nan"), "eval_after": float("nan")},
+                                                False, 1)

@@ -354,6 +354,8 @@ class Trainer:
         plot = plot_curves(self.run_dir)
         summary = {"steps": self.step_idx, "rl_seconds": rl_seconds,
                    "eval_before": before["eval/accuracy"], "eval_after": after["eval/accuracy"],
+                   "eval_tasks": len(self.eval_tasks), "eval_samples": cfg.eval.n_samples,
+                   "eval_greedy": eval_params(cfg).temperature == 0,
                    "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
         print(closing_line(summary, self.warm is not None, self.step_idx - self.start_step, self.start_step),
               flush=True)
