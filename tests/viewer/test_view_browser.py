@@ -139,6 +139,16 @@ def check_episode(page: Any, rec: Any, tmp: Path, name: str) -> None:
     assert dominant(body, white) == ACTION and FEEDBACK not in colours(body)
 
 
+def test_axis_ticks_of_a_narrow_range_read_apart(runs: dict[str, Path], browser: Any) -> None:
+    """An entropy between 7.5124 and 7.5128 labelled every tick 7.512 (issue 46, finding 8)."""
+    with viewer(str(runs["handmade"])) as v:
+        page, errors = open_page(browser, v.url)
+        labels = page.evaluate("AR.tickLabels(AR.niceTicks(7.5124, 7.5128, 5))")
+        assert len(set(labels)) == len(labels) >= 3 and all(label.startswith("7.512") for label in labels), labels
+        assert page.evaluate("AR.tickLabels([0, 0.5, 1])") == ["0", "0.5", "1"]  # short labels stay short
+        assert not errors, errors
+
+
 def test_the_page_shows_a_real_run(runs: dict[str, Path], browser: Any) -> None:
     trained, tmp = runs["trained"], runs["tmp"]
     index, rec = tool_episode(trained)

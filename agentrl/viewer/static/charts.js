@@ -12,6 +12,16 @@ AR.niceTicks = function (lo, hi, count) {
   return ticks;
 };
 
+// Labels for axis ticks, as many digits as it takes to tell them apart (an entropy of 7.5124..7.5128 read
+// 7.512 on every tick).
+AR.tickLabels = function (ticks) {
+  let labels = ticks.map(AR.fmt);
+  for (let p = 5; p <= 12 && new Set(labels).size < labels.length; p++) {
+    labels = ticks.map((t) => String(parseFloat(t.toPrecision(p))));
+  }
+  return labels;
+};
+
 // Exponential moving average, debiased at the start (as TensorBoard's smoothing slider).
 AR.smooth = function (points, weight) {
   if (!weight) return points;
@@ -64,10 +74,11 @@ AR.lineChart = function (title, series, smoothing) {
   const sx = (x) => M.l + ((x - x0) / (x1 - x0 || 1)) * (W - M.l - M.r);
   const sy = (y) => H - M.b - ((y - y0) / (y1 - y0)) * (H - M.t - M.b);
   let svg = `<svg xmlns="${SVG_NS}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${AR.esc(title)}">`;
-  for (const t of AR.niceTicks(y0, y1, 5)) {
-    svg += `<line class="grid" x1="${M.l}" x2="${W - M.r}" y1="${sy(t)}" y2="${sy(t)}"/>`;
-    svg += `<text class="tick" x="${M.l - 6}" y="${sy(t) + 4}" text-anchor="end">${AR.fmt(t)}</text>`;
-  }
+  const yt = AR.niceTicks(y0, y1, 5);
+  AR.tickLabels(yt).forEach((label, i) => {
+    svg += `<line class="grid" x1="${M.l}" x2="${W - M.r}" y1="${sy(yt[i])}" y2="${sy(yt[i])}"/>`;
+    svg += `<text class="tick" x="${M.l - 6}" y="${sy(yt[i]) + 4}" text-anchor="end">${label}</text>`;
+  });
   const xt = x1 > x0 ? AR.niceTicks(x0, x1, 6).filter((t) => Number.isInteger(t)) : [x0];
   for (const t of xt) svg += `<text class="tick" x="${sx(t)}" y="${H - M.b + 16}" text-anchor="middle">${t}</text>`;
   svg += `<text class="axis" x="${W - M.r}" y="${H - 2}" text-anchor="end">step</text>`;
