@@ -47,7 +47,7 @@ def remote_env(cfg: RunConfig, env: TextEnv) -> TextEnv:
     pool = EnvServerPool(list(cfg.env.remote), token=cfg.env.remote_token or os.environ.get("AGENTRL_ENV_TOKEN"),
                          env_id=cfg.env.id, timeout_s=cfg.env.step_timeout_s or 300.0,
                          retries=cfg.env.remote_retries)
-    pool.check()
+    pool.check(max_turns=int(getattr(env, "max_turns", 1)), kwargs=cfg.env.kwargs)
     return RemoteEnv(env, pool)
 
 

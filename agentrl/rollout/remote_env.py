@@ -96,8 +96,10 @@ class EnvServerPool:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    def check(self) -> None:
-        """Every server answers ``/health`` and serves ``env_id`` (an :class:`EnvError` otherwise)."""
+    def check(self, max_turns: int | None = None, kwargs: dict[str, Any] | None = None) -> None:
+        """Every server answers, serves ``env_id`` and ends an episode after ``max_turns`` turns as this run does
+        (an :class:`EnvError` otherwise: an episode the run ends first would never be graded; ``kwargs``, the
+        run's env kwargs, go into the message)."""
         import httpx
 
         for s in self.servers:
@@ -111,6 +113,12 @@ class EnvServerPool:
             served = meta.json().get("name") if meta.status_code == 200 else None
             if self.env_id and served != self.env_id:
                 raise EnvError(f"env.remote: {s.url} serves {served!r}, but this run's env.id is {self.env_id!r}")
+            turns = meta.json().get("max_turns") if meta.status_code == 200 else None
+            if max_turns is not None and isinstance(turns, int) and turns != max_turns:
+                raise EnvError(f"env.remote: {s.url} ends an episode after {turns} turns, this run after {max_turns}: "
+                               f"an episode one side ends first is never graded; start the server with the run's "
+                               f"env.kwargs: agentrl serve-env {self.env_id or 'ENV_ID'} --kwargs "
+                               f"'{json.dumps(kwargs or {})}'")
 
     # ------------------------------------------------------------------ choosing a server
     def _probe(self, s: Server) -> bool:

@@ -14,6 +14,7 @@ from servers import serve_env
 
 from agentrl.config import load_config
 from agentrl.env import EnvError, make
+from agentrl.rollout.build import make_env
 from agentrl.rollout.env_pool import clone_env
 from agentrl.rollout.remote_env import EnvServerPool, RemoteEnv, RemoteEnvError
 
@@ -93,6 +94,18 @@ def test_the_pool_checks_its_servers_at_start():
         EnvServerPool(["127.0.0.1:1"])
     with pytest.raises(EnvError, match="cannot reach http://127.0.0.1:9"):
         EnvServerPool(["http://127.0.0.1:9"], connect_timeout_s=2).check()
+
+
+def test_a_server_that_ends_episodes_elsewhere_is_refused_at_start():
+    """A server started with its defaults and a run with max_turns 2: episodes the run ended at its own
+    max_turns were never graded by the server, reward 0 without a word (issue 46, finding 1)."""
+    with serve_env("agentrl/CalculatorMath-v0") as (url, _):  # max_tool_calls 4 by default: 5 turns
+        run = ["env.id=agentrl/CalculatorMath-v0", f"env.remote=[{url}]", "env.kwargs={max_tool_calls: 1}"]
+        with pytest.raises(EnvError, match=f"{url} ends an episode after 5 turns, this run after 2") as e:
+            make_env(load_config(None, run))
+        assert "agentrl serve-env agentrl/CalculatorMath-v0 --kwargs '{\"max_tool_calls\": 1}'" in str(e.value)
+        env = make_env(load_config(None, run[:2]))  # the same settings: accepted
+        env.close()
 
 
 @pytest.mark.slow
