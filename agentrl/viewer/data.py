@@ -64,12 +64,21 @@ def check_run_dir(path: str | Path) -> Path:
     return path
 
 
+def correct(r: EpisodeRecord) -> float | None:
+    """Whether the episode solved its task, as evaluation counts it (the ``correct`` component, else a reward of at
+    least 1: agent tasks have no ``correct``); None for a failed episode."""
+    if r.failed:
+        return None
+    value = r.reward_components.get("correct", r.reward)
+    return None if finite(value) is None else float(value >= 1.0)
+
+
 def summarize_episode(r: EpisodeRecord, index: int) -> dict[str, Any]:
     """What the episode table shows of a record (the record itself is fetched when opened)."""
     actions = [s for s in r.segments if s.role == "action"]
     versions = sorted({s.version for s in actions if s.version is not None})
     return {"index": index, "step": r.step, "split": r.split, "task_id": r.task_id, "group_id": r.group_id,
-            "reward": finite(r.reward), "correct": finite(r.reward_components.get("correct")), "turns": r.turns, "end_reason": r.end_reason or "-",
+            "reward": finite(r.reward), "correct": correct(r), "turns": r.turns, "end_reason": r.end_reason or "-",
             "action_tokens": sum(len(s.token_ids) for s in actions), "tool_calls": len(r.tool_calls),
             "failed": r.failed, "versions": versions, "dataset": r.dataset, "difficulty": r.difficulty,
             "record_version": r.version, "preview": r.response[:160]}

@@ -170,3 +170,19 @@ def test_a_resumed_run_drops_the_records_written_after_its_checkpoint(tmp_path: 
                                                                   (2, "eval")]
     assert (tmp_path / "samples.discarded.jsonl").read_text().splitlines() == [lines[4], '{"step": 3, "task_']
     assert truncate_samples(tmp_path, 2) == 0 and truncate_samples(tmp_path / "nothing", 2) == 0
+
+
+def test_the_correct_column_counts_as_evaluation_does(tok: Any) -> None:
+    """Agent tasks have no "correct" component: their column was empty (issue 46, finding 8)."""
+    from agentrl.viewer.data import correct
+
+    def record(reward: float, components: dict, failed: bool = False) -> EpisodeRecord:
+        t = two_turn(tok, failed=failed)
+        t.reward, t.info["reward_components"] = reward, components
+        if failed:
+            t.info.update(failed=True, error="x")
+        return episode_record(t, tok)
+
+    assert correct(record(1.0, {"reward": 1.0})) == 1.0 and correct(record(0.4, {"reward": 0.4})) == 0.0
+    assert correct(record(0.0, {"correct": 1.0})) == 1.0  # the component decides when there is one
+    assert correct(record(0.0, {}, failed=True)) is None
