@@ -94,10 +94,10 @@ def check_tools(episodes: list[Trajectory], reference: list[Trajectory], parser:
     other = [f for f, n in sniffed.most_common() if f.split(" ")[0] not in PARSER_FORMATS.get(parser or "", set())]
     cut = [t for t in ref_bad if max_new_tokens and any(s.is_action and len(s.token_ids) >= max_new_tokens
                                                          for s in t.segments)]
-    if cut:
-        return Check("tools", "fail", summary + f"; the reference policy's calls are cut at rollout.max_new_tokens="
-                     f"{max_new_tokens} in {len(cut)} episodes", "raise rollout.max_new_tokens: a whole call does "
-                     "not fit in a turn, so no call a model writes can parse", details)
+    if cut:  # the oracle's calls may be longer than a model's need be: a warning, not a proof
+        return Check("tools", "warn", summary + f"; the reference policy's calls are cut at rollout.max_new_tokens="
+                     f"{max_new_tokens} in {len(cut)} episodes", "raise rollout.max_new_tokens: the warm start cannot "
+                     "teach calls that do not fit a turn, and a model's call longer than that never parses", details)
     if ref_bad:
         return Check("tools", "fail", summary + f"; the reference policy's own calls do not parse in {len(ref_bad)} "
                      f"episodes", "the env writes reference calls in another format than it parses", details)
