@@ -26,8 +26,6 @@ FORMATS = {  # how each call format of the field starts (a sniff, not a parse)
     "pythonic": re.compile(r"^\s*\[\s*[A-Za-z_][\w.]*\(", re.MULTILINE),
     "mistral": re.compile(r"\[TOOL_CALLS\]"),
 }
-PARSER_FORMATS = {"hermes": {"hermes"}, "qwen3_coder": {"qwen3_coder"}, "llama3_json": {"llama3_json"},
-                  "pythonic": {"pythonic"}}
 
 
 TAGGED = ("hermes", "hermes (a JSON list)", "qwen3_coder", "mistral")  # formats marked by a tag of their own
@@ -73,16 +71,16 @@ def check_tools(episodes: list[Trajectory], reference: list[Trajectory], parser:
     ``max_new_tokens``: the turn budget, which cuts a reference call that does not fit)."""
     if not has_tools:
         return Check("tools", "skip", "the env has no tools")
-    eps = [t for t in episodes if not t.info.get("failed")]
-    kinds = Counter(k for t in eps for k in turn_kinds(t))
+    eps = [(t, turn_kinds(t)) for t in episodes if not t.info.get("failed")]  # each episode's turns, once
+    kinds = Counter(k for _, ks in eps for k in ks)
     turns = sum(kinds.values())
-    errors = Counter(error_class(c.get("error")) for t in eps for c in t.info.get("tool_calls") or []
+    errors = Counter(error_class(c.get("error")) for t, _ in eps for c in t.info.get("tool_calls") or []
                      if isinstance(c, dict) and c.get("error"))
-    unparsed = [(t, i) for t in eps for i, k in enumerate(turn_kinds(t)) if k in ("unparsable", "none")]
-    sniffed = Counter(f for t, i in unparsed for f in sniff(_response(t, i)))
-    shown = [_response(t, i)[:200] for t, i in unparsed if sniff(_response(t, i)) or turn_kinds(t)[i] != "none"][:3]
-    shown = shown or [_response(t, i)[:200] for t, i in unparsed][:3]
-    no_tool_wins = sum(1 for t in eps if t.reward > 0 and "parsed" not in turn_kinds(t))
+    unparsed = [(_response(t, i), k) for t, ks in eps for i, k in enumerate(ks) if k in ("unparsable", "none")]
+    sniffed = Counter(f for text, _ in unparsed for f in sniff(text))
+    shown = [text[:200] for text, k in unparsed if sniff(text) or k != "none"][:3]
+    shown = shown or [text[:200] for text, _ in unparsed][:3]
+    no_tool_wins = sum(1 for t, ks in eps if t.reward > 0 and "parsed" not in ks)
     ref_bad = [t for t in reference if not t.info.get("failed") and "unparsable" in turn_kinds(t)]
     share = kinds["parsed"] / turns if turns else 0.0
     details = {"parser": parser, "turns": turns, "turn_kinds": dict(kinds), "parsed_share": share,
@@ -91,7 +89,7 @@ def check_tools(episodes: list[Trajectory], reference: list[Trajectory], parser:
                "reference_turns_unparsable": len(ref_bad)}
     summary = (f"{kinds['parsed']} of {turns} turns made a call that ran ({share:.0%}); {kinds['unparsable']} "
                f"unparsable, {kinds['refused']} refused by the tool, {kinds['none']} without a call")
-    other = [f for f, n in sniffed.most_common() if f.split(" ")[0] not in PARSER_FORMATS.get(parser or "", set())]
+    other = [f for f, _ in sniffed.most_common() if f.split(" ")[0] != parser]  # formats the env does not parse
     cut = [t for t in ref_bad if max_new_tokens and any(s.is_action and len(s.token_ids) >= max_new_tokens
                                                          for s in t.segments)]
     if cut:  # the oracle's calls may be longer than a model's need be: a warning, not a proof
