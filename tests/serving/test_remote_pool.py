@@ -236,7 +236,8 @@ def test_the_pool_under_a_chaos_schedule_loses_and_double_counts_nothing(tmp_pat
     with serve_env("slow_envs:SlowArithmetic", "--kwargs", kwargs, "--idle-timeout", "0.4") as (a, _), \
             serve_env("slow_envs:SlowArithmetic", "--kwargs", kwargs, "--idle-timeout", "0.4") as (b, proc_b):
         env = remote([a, b], env_id="slow_envs:SlowArithmetic", timeout_s=0.6, down_s=0.3)
-        tasks = [local.sample_task(local.np_random) for _ in range(24)]
+        tasks = list({t.id: t for t in (local.sample_task(local.np_random) for _ in range(64))}.values())[:24]
+        assert len(tasks) == 24  # distinct ids: the step log counts steps by task id (a repeat read as a rerun)
         plan = [(k, rng.choice(["ok", "ok", "slow_step", "pause"])) for k in range(len(tasks))]
         ended: Counter = Counter()
 
