@@ -24,6 +24,10 @@ storage (``TreeTooLarge``) is the agent's doing: 0, ungraded. An env whose untou
 fail (``unchanged_reward``, e.g. RepoRepair's: its build checked that the bug fails the tests) scores a
 final tree byte-identical to the built one with that reward, without running the verifier.
 
+``grade_cache`` grades each distinct final tree of a task once (:mod:`environments.grade_cache`: the
+samples of a group that end on byte-identical trees share one verdict; for deterministic verifiers only,
+on for the generated suites, off by default for Harbor task folders).
+
 ``pool_size`` > 0 keeps that many started workspaces per task in a warm pool
 (:class:`sandbox.workspace.pool.WorkspacePool`, shared by the env's per-episode copies and closed
 with the env that made it), so an episode's first tool call does not wait for a build.
@@ -42,6 +46,7 @@ from typing import Any
 
 from agentrl.env import EnvError, TextEnv
 from agentrl.types import Task
+from environments.grade_cache import GradeCache
 from environments.tool_parsers import PROMPTS, get_parser
 from environments.tools import ToolCallError, invoke, tools_text
 from environments.workspace_tools import WorkspaceSession, call_line, workspace_tools
@@ -66,7 +71,8 @@ class WorkspaceEnv(TextEnv):
 
     def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
-                 system_prompt: str | None = None, pool_size: int = 0, render_mode: str | None = None) -> None:
+                 system_prompt: str | None = None, pool_size: int = 0, grade_cache: bool = False,
+                 render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if backend not in BACKENDS:
             raise EnvError(f"backend={backend!r}: unknown workspace backend; valid: {', '.join(BACKENDS)}")
@@ -85,6 +91,7 @@ class WorkspaceEnv(TextEnv):
         self.prompt_template = system_prompt or AGENT_PROMPT + "\n\n{tools}"
         self.turn = 0
         self.turn_calls: list[dict[str, Any]] = []  # this turn's calls, as info["calls"] lists them
+        self.grades = GradeCache() if grade_cache else None  # shared by the copies (a deep copy is itself)
 
     # ------------------------------------------------------------------ what a subclass gives
     def workspace_spec(self, task: Task) -> WorkspaceSpec:
@@ -174,7 +181,7 @@ class WorkspaceEnv(TextEnv):
         if tree is not None:
             unchanged = self.unchanged_reward is not None and tree.unchanged is True
             verdict = Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree") \
-                if unchanged else self.grade(self.task, tree)
+                if unchanged else self.graded(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
                                "error": verdict.error, "files": list(verdict.files)},
@@ -187,6 +194,12 @@ class WorkspaceEnv(TextEnv):
             info.update(failed=True, error=f"the grader could not score the episode: {verdict.error}")
         self._last_obs = ""
         return "", reward, terminated, not terminated, info
+
+    def graded(self, task: Task, tree: Tree) -> Verdict:
+        """:meth:`grade`, through the grade cache when it is on (one grade per distinct final tree)."""
+        if self.grades is None:
+            return self.grade(task, tree)
+        return self.grades.grade(task.id, tree.digest, lambda: self.grade(task, tree))
 
     def close(self) -> None:
         self.session.shutdown()

@@ -10,7 +10,7 @@ request. It exits at the end of its input (the host closed it or died), at its T
 ``idle_s`` without a request; in local mode its exit ends every process of the workspace.
 
 **The shell.** One ``bash`` with job control on (``set -m``: every command runs in its own process
-group), reading commands from a pipe, its stdout and stderr one stream. A command is wrapped so that
+group), started with the first command (a grading workspace never starts one), reading commands from a pipe, its stdout and stderr one stream. A command is wrapped so that
 it cannot read the protocol (stdin is ``/dev/null``), a syntax error is its own (``eval``), and it
 ends with a line holding a per-command random marker, its exit status and working directory; after
 each command the working directory and exported variables are saved. A command past its timeout:
@@ -189,6 +189,8 @@ class Runtime:
     def exec(self, command: str, timeout_s: float) -> dict:
         if self.sealed:
             return {"error": "the workspace is sealed: its processes ended for grading"}
+        if self.shell_pid < 0:  # started on the first command (after a restore: afresh)
+            self.start_shell(restore=False)
         self.drain()
         cap, self.pending = self.pending, Capture(int(self.limits["max_output_bytes"]))
         nonce = os.urandom(12).hex()
@@ -272,11 +274,13 @@ class Runtime:
             return {}
         if op == "setenv":
             self.env.update(req["vars"])
-            self.send("".join(f"export {k}={shlex.quote(v)}\n" for k, v in req["vars"].items()))
+            if self.shell_pid > 0:  # else the shell starts with them
+                self.send("".join(f"export {k}={shlex.quote(v)}\n" for k, v in req["vars"].items()))
             return {}
         if op == "workdir":
             self.workdir = self.cwd = req["path"]
-            self.send(f"cd {shlex.quote(req['path'])}\n")
+            if self.shell_pid > 0:  # else the shell starts there
+                self.send(f"cd {shlex.quote(req['path'])}\n")
             return {}
         if op in ("snapshot", "seal"):
             return self.tree(seal=op == "seal")
@@ -292,8 +296,7 @@ class Runtime:
             self.stop_shell()
             files.wipe_tree(self.roots())
             self.extract("/")
-            self.cwd = self.workdir
-            self.start_shell(restore=False)
+            self.cwd = self.workdir  # a fresh shell starts with the next command (a grader never needs one)
             return {}
         if op == "grade":
             return grading.grade(self, req)
@@ -338,7 +341,7 @@ class Runtime:
                 trees.FrameWriter(1).close()
                 return {"error": str(e), "too_large": True}
             entries = trees.stream_tree(roots, 1)
-            out: dict = {"entries": len(entries)}
+            out: dict = {"entries": len(entries), "digest": trees.tree_digest(entries)}
             if self.marked is not None:
                 out.update(diff=self.marked.diff(entries), unchanged=self.marked.unchanged(entries))
         return out
@@ -421,8 +424,7 @@ def run(mode: str) -> None:
         cfg["container"] = mode == "container"
         if cfg["container"]:
             files.prepare_container(int(cfg["uid"]), files.container_roots(cfg.get("tree_workdir", "/")))
-        rt = Runtime(cfg, fds)
-        rt.start_shell(restore=False)
+        rt = Runtime(cfg, fds)  # its shell starts with the first command
     except Exception as e:  # noqa: BLE001 - the host reports why the workspace could not start
         write_frame(1, {"error": f"{type(e).__name__}: {e}"})
         return

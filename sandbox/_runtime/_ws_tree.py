@@ -158,6 +158,15 @@ def entry_of(path: str, st: os.stat_result, digest: str) -> tuple:
     return kind, stat.S_IMODE(st.st_mode), st.st_size if kind == "f" else 0, target
 
 
+def tree_digest(entries: dict[str, tuple]) -> str:
+    """One digest of a tree's entries (each path with its :func:`entry_of`: contents, not times), so that
+    two trees share it only when no file, mode, link or directory differs."""
+    h = hashlib.sha256()
+    for path in sorted(entries):
+        h.update(repr((path, entries[path])).encode("utf-8", "surrogateescape") + b"\0")
+    return h.hexdigest()
+
+
 def file_digest(path: str) -> str:
     h = hashlib.sha256()
     try:

@@ -146,12 +146,14 @@ class Tree:
     spooled temporary file: in memory up to ``SPOOL_BYTES``, on disk beyond, so that a large tree
     never sits in the trainer's memory. ``diff`` (a capped unified diff against the tree right after
     the build) and ``unchanged`` (byte for byte that tree) come from the workspace's runtime when it
-    knows its first state (None otherwise)."""
+    knows its first state (None otherwise); ``digest`` (the runtime's hash of every entry's path, kind,
+    mode, size and contents or link target, not its times) when the runtime made the archive."""
 
-    def __init__(self, data: bytes | None = None, *, diff: str | None = None, unchanged: bool | None = None) -> None:
+    def __init__(self, data: bytes | None = None, *, diff: str | None = None, unchanged: bool | None = None,
+                 digest: str | None = None) -> None:
         self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
         self.size = 0
-        self.diff, self.unchanged = diff, unchanged
+        self.diff, self.unchanged, self.digest = diff, unchanged, digest
         if data:
             self.write(data)
 

@@ -172,7 +172,7 @@ class RuntimeWorkspace(Workspace):
             out = self._request({"op": op}, 300.0, receive=tree)
         except WorkspaceError as e:
             raise _too_large(e) from None
-        tree.diff, tree.unchanged = out.get("diff"), out.get("unchanged")
+        tree.diff, tree.unchanged, tree.digest = out.get("diff"), out.get("unchanged"), out.get("digest")
         return tree
 
     def put_dir(self, host_dir: str, dest: str) -> None:

@@ -1,0 +1,135 @@
+"""Benchmark: one GRPO step of an agentic config (default ``examples/configs/terminal_tiny.yaml``), where its
+seconds go, and the same step on another checkout, A/B interleaved.
+
+    python bench/agent_step.py [--config FILE] [--steps 4] [--warmup 1] [--threads 1] [--rounds 1]
+                               [--before DIR] [--flame OUT.svg] [overrides ...]
+
+Each round runs, in a fresh process per checkout, ``Trainer.step()`` (the code ``agentrl train``
+runs) ``--warmup`` times unmeasured, then ``--steps`` times, on the config's warm-started policy (its
+warm start is read from the cache; a config whose warm start is not cached makes it first, minutes).
+The phase table says where a step's seconds go (``bench/phases.py``: wall seconds per phase summed over
+the env worker threads, so phases that overlap can sum past the step). ``--before DIR`` (a ``git
+worktree`` of an earlier commit) runs the same steps there in the same rounds, alternating which goes
+first; the table has both and the ratio of their median step times. ``--flame OUT.svg`` records the
+whole run with py-spy (every thread and the workspace runtimes; ``pip install py-spy``) as a flame
+graph. Run on a quiet machine, one compute process at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int) -> dict:
+    """Steps of ``config`` with the checkout at ``root``: step seconds, stage means and phase rows."""
+    sys.path.insert(0, root)
+    sys.path.insert(1, str(HERE))
+    from phases import Phases
+
+    from agentrl.config import load_config
+    from agentrl.training.trainer import Trainer
+
+    cfg = load_config(config, overrides)
+    run_dir = tempfile.mkdtemp(prefix="agentrl-bench-step-")
+    try:
+        trainer = Trainer(cfg, run_dir=run_dir)
+        phases = Phases().install()
+        for _ in range(warmup):
+            trainer.step()
+        phases.reset()
+        metrics = [trainer.step() for _ in range(steps)]
+        trainer.rollouts.close()
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    stages = sorted({k for m in metrics for k in m if k.startswith("time/")})
+    import environments
+
+    assert environments.__file__.startswith(root), (environments.__file__, root)  # this checkout's code ran
+    grades = getattr(trainer.env, "grades", None)
+    return {"grade_cache": grades.stats() if grades is not None else None,"step_s": [m["time/step"] for m in metrics],
+            "samples": [m.get("samples_used", 0.0) for m in metrics],
+            "generated": [m.get("dynamic/refill_rounds", 0.0) for m in metrics],
+            "reward": [m.get("reward/mean", float("nan")) for m in metrics],
+            "stages": {k: statistics.mean(m.get(k, 0.0) for m in metrics) for k in stages},
+            "phases": phases.rows(steps)}
+
+
+def run_worker(root: str, args: argparse.Namespace) -> dict:
+    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import agent_step as b; "
+            f"print('BENCH' + json.dumps(b.worker({root!r}, {args.config!r}, {args.overrides!r}, "
+            f"{args.steps}, {args.warmup})))")
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env, timeout=7200)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"the bench worker of {root} failed: {r.stderr[-3000:]}")
+    return json.loads(lines[-1][5:])
+
+
+def table(runs: dict[str, list[dict]]) -> str:
+    out = ["| checkout | round | median step s | steps | rounds of refill (mean) | reward (mean) |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for name, results in runs.items():
+        for i, r in enumerate(results):
+            out.append(f"| {name} | {i + 1} | {statistics.median(r['step_s']):.2f} | {len(r['step_s'])} | "
+                       f"{statistics.mean(r['generated']):.1f} | {statistics.mean(r['reward']):.3f} |")
+    if len(runs) == 2:
+        (a, ra), (b, rb) = runs.items()
+        med = {n: statistics.median([s for r in rs for s in r["step_s"]]) for n, rs in runs.items()}
+        out.append(f"\nmedian step: {a} {med[a]:.2f} s, {b} {med[b]:.2f} s: {b} / {a} = {med[b] / med[a]:.2f}x")
+    for name, results in runs.items():
+        last = results[-1]
+        out += [f"\n{name}: where a step goes (last round; phases summed over threads)", "",
+                "| phase | s per step | calls per step | ms per call |", "|---|---:|---:|---:|"]
+        out += [f"| {p} | {s:.3f} | {n:.1f} | {ms:.1f} |" for p, s, n, ms in last["phases"]]
+        if last.get("grade_cache"):
+            c = last["grade_cache"]
+            out.append(f"\ngrade cache (warm-up included): {c['hits']} of {c['hits'] + c['misses']} grades answered "
+                       "from it")
+        out += ["", "| stage (time/*) | s per step |", "|---|---:|"]
+        out += [f"| {k[5:]} | {v:.3f} |" for k, v in last["stages"].items()]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="examples/configs/terminal_tiny.yaml")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--before", default=None, metavar="DIR", help="run the same steps in this checkout too")
+    ap.add_argument("--flame", default=None, metavar="OUT.svg", help="record a flame graph with py-spy")
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    args.config = str(Path(args.config).resolve())
+    if args.flame:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        argv = [a for a in sys.argv[1:] if a not in ("--flame", args.flame)]
+        os.execv(spy, [spy, "record", "--subprocesses", "--threads", "--rate", "50", "-o", args.flame, "--",
+                       sys.executable, str(Path(__file__).resolve()), *argv])
+    checkouts = {"this": str(ROOT)}
+    if args.before:
+        checkouts = {"before": str(Path(args.before).resolve()), "this": str(ROOT)}
+    runs: dict[str, list[dict]] = {name: [] for name in checkouts}
+    for k in range(args.rounds):
+        order = list(checkouts.items()) if k % 2 == 0 else list(reversed(checkouts.items()))
+        for name, root in order:
+            runs[name].append(run_worker(root, args))
+            print(f"round {k + 1}: {name} {statistics.median(runs[name][-1]['step_s']):.2f} s/step", flush=True)
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
