@@ -43,8 +43,10 @@ or a digest of the observation (step groups of turn-level credit). Every segment
 **Batching and failures.** Every episode gets its own env (a deep copy of the executor's env,
 sharing its read-only ``tasks`` list). Env steps run concurrently on an ``EnvPool`` (worker
 threads; an ``async def step`` on its event loop), each under the pool's deadline, and the turns
-batch continuously: every episode whose env has answered goes back to the engine in one
-``generate`` call without waiting for the slowest env of its wave. An exception inside an env, or
+batch continuously: the episodes whose env has answered go back to the engine in one ``generate``
+call without waiting for the slowest env of their wave, once they are at least as many as those still
+stepping (``gather``: one decode costs nearly as much for one sequence as for a batch, so stragglers
+are gathered rather than decoded one at a time while the others wait for the engine). An exception inside an env, or
 a step past its deadline, fails only that episode: reward 0, ``info["failed"] = True``, the
 error in ``info["error"]`` and its traceback in ``info["traceback"]`` (the trainer shows each distinct
 error once: ``agentrl.rollout.failures``); so does a step whose info says ``failed`` (an env whose grader
@@ -152,6 +154,7 @@ class MultiTurnExecutor:
         self.chat: ChatFeedback | None = None
         self._script: Callable[[TextEnv], str] | None = None  # run_scripted's policy while it runs
         self.keep_observations = False  # True: info["prompt"] (the env's) and info["observations"] (every feedback)
+        self.gather = 1.0  # episodes back from their env wait for the engine until they are this many times those stepping
         if chat_template and getattr(tokenizer, "chat_template", None):
             try:
                 self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
@@ -183,30 +186,44 @@ class MultiTurnExecutor:
         ready = [e for e in episodes if not e.done]  # waiting for the engine
         stepping: dict[Pending, tuple[Episode, list[int]]] = {}  # waiting for their env
         while ready or stepping:
-            summarized = []  # compaction summaries go back to the engine without an env step
-            if ready:
-                contexts = [e.context() for e in ready]
-                limits = [self._limit(e, len(c), params, budget) for e, c in zip(ready, contexts)]
-                completions = self._generate(ready, contexts, replace(params, max_new_tokens=max(limits)))
-                version = getattr(self.engine, "version", None)
-                for e, comp, limit in zip(ready, completions, limits):
-                    if e.done:  # a scripted policy that raised failed its episode
-                        continue
-                    if e.summary_for is not None:
-                        self._compact(e, comp, limit, version)
-                        summarized += [] if e.done else [e]
-                        continue
-                    ids, text = self._act(e, comp, limit, budget, version)
-                    stepping[self.pool.submit(e.env.step, text)] = (e, ids)
+            if ready and self._engine_turn(len(ready), len(stepping)):
+                batch, ready = ready, []
+                ready += self._turn(batch, stepping, params, budget)  # compaction summaries: no env step
             # continuous batching: whatever has answered goes back to the engine, the rest keep stepping
-            done = self.pool.wait_any(list(stepping)) if not summarized else [p for p in stepping if p.done]
-            ready = summarized
+            hurry = ready and self._engine_turn(len(ready), len(stepping))
+            done = [p for p in stepping if p.done] if hurry else self.pool.wait_any(list(stepping))
             for p in done:
                 e, ids = stepping.pop(p)
                 self._observe(e, ids, p, budget)
                 if not e.done:
                     ready.append(e)
         return [self._trajectory(e) for e in episodes]
+
+    def _engine_turn(self, ready: int, stepping: int) -> bool:
+        """Whether the ``ready`` episodes go to the engine now, with ``stepping`` still waiting for their env:
+        once they are at least ``gather`` times as many (a generate call costs nearly as much for one
+        sequence as for many on a CPU or a batch engine: stragglers are gathered, not decoded one by one)."""
+        return stepping == 0 or ready >= self.gather * stepping
+
+    def _turn(self, batch: list[Episode], stepping: dict[Pending, tuple[Episode, list[int]]],
+              params: SamplingParams, budget: int) -> list[Episode]:
+        """One engine call for ``batch``: each action goes to its env (into ``stepping``); returns the
+        episodes that made a compaction summary instead (they go back to the engine)."""
+        contexts = [e.context() for e in batch]
+        limits = [self._limit(e, len(c), params, budget) for e, c in zip(batch, contexts)]
+        completions = self._generate(batch, contexts, replace(params, max_new_tokens=max(limits)))
+        version = getattr(self.engine, "version", None)
+        summarized = []
+        for e, comp, limit in zip(batch, completions, limits):
+            if e.done:  # a scripted policy that raised failed its episode
+                continue
+            if e.summary_for is not None:
+                self._compact(e, comp, limit, version)
+                summarized += [] if e.done else [e]
+                continue
+            ids, text = self._act(e, comp, limit, budget, version)
+            stepping[self.pool.submit(e.env.step, text)] = (e, ids)
+        return summarized
 
     def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str], chunk: int = 256,
                      first_group: int = 0) -> list[Trajectory]:
