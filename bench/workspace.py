@@ -5,7 +5,8 @@ round trip, grading (seal + a fresh workspace + the verifier), and many workspac
                               [--concurrent 64]
     python bench/workspace.py --grade-before DIR [--rounds 5] [--grades 10]
 
-Prints one table, p50 / p99 in milliseconds. Anchors (issue 28): a local Docker cold start is
+Prints one table, p50 / p99 in milliseconds; on Docker, beside its rows, a plain ``docker run --rm``
+and ``docker exec`` of ``true`` on the workspaces' base image (the floor a Docker workspace is held to). Anchors (issue 28): a local Docker cold start is
 2-5 s, hosted sandboxes claim 60-90 ms; the local backend should start in <= 50 ms p50 (from the
 pool) and exec in <= 10 ms. ``--grade-before DIR`` grades A/B against another checkout (a ``git
 worktree`` of an earlier commit): ``--rounds`` rounds, each ``--grades`` grades in a fresh process of
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,26 @@ def grades(backend: str, n: int, tests: str) -> list[float]:
     return out
 
 
+def plain_docker(n: int) -> dict[str, list[float]]:
+    """The floor a Docker workspace is held to, measured in the same run: ``docker run --rm`` of the
+    workspaces' own base image (``true``, no network), and ``docker exec`` of ``true`` in a running
+    container of it (seconds each, through the ``docker`` CLI as a user would time them)."""
+    from sandbox.workspace.docker_base import build_base_image
+
+    image = build_base_image()
+    run = ["docker", "run", "--rm", "--network=none", image, "true"]
+    out = {"plain `docker run --rm` (same image)": timed(lambda: subprocess.run(run, check=True), n)}
+    name = f"agentrl-bench-plain-{os.getpid()}"
+    subprocess.run(["docker", "run", "-d", "--rm", "--network=none", "--name", name, image, "sleep", "600"],
+                   check=True, capture_output=True)
+    try:
+        out["plain `docker exec` of true"] = timed(
+            lambda: subprocess.run(["docker", "exec", name, "true"], check=True), n)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    return out
+
+
 def concurrent(backend: str, n: int) -> tuple[float, int]:
     """Start ``n`` workspaces at once, run a command in each, close them: (seconds, successes)."""
     def one(k: int) -> bool:
@@ -131,6 +153,8 @@ def measure(b: str, args: argparse.Namespace, tests: str) -> list[tuple[str, str
         measured[f"grade, checkout {Path(args.grade_before).name} (A/B)"] = got["before"]
     else:
         measured["grade (seal + verify)"] = grades(b, args.grades, tests)
+    if b == "docker":
+        measured.update(plain_docker(args.starts))
     rows = [(b, name, len(xs), pct(xs, 0.5), pct(xs, 0.99)) for name, xs in measured.items()]
     if args.grade_before:
         ratio = pct(measured["grade (seal + verify)"], 0.5) / pct(got["before"], 0.5)
