@@ -61,7 +61,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "real and not gpu" -p no:cacheprovider tests/real
 
 bench: $(STAMP)
-	@$(BIN)/python -c "import trl, pyinstrument" 2>/dev/null || $(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS),bench]'
+	@$(BIN)/python -c "import trl, pyinstrument" 2>/dev/null && test -x $(BIN)/py-spy || $(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS),bench]'
 	$(BIN)/python bench/run_all.py
 
 clean:

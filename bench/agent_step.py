@@ -7,7 +7,7 @@ seconds go, and the same step on another checkout, A/B interleaved.
 Each round runs, in a fresh process per checkout, ``Trainer.step()`` (the code ``agentrl train``
 runs) ``--warmup`` times unmeasured, then ``--steps`` times, on the config's warm-started policy (its
 warm start is read from the cache; a config whose warm start is not cached makes it first, minutes).
-The phase table says where a step's seconds go (``bench/phases.py``: wall seconds per phase summed over
+The phase table says where a step's seconds go (``bench/_phases.py``: wall seconds per phase summed over
 the env worker threads, so phases that overlap can sum past the step). ``--before DIR`` (a ``git
 worktree`` of an earlier commit) runs the same steps there in the same rounds, alternating which goes
 first; the table has both and the ratio of their median step times. ``--flame OUT.svg`` records the
@@ -35,7 +35,7 @@ def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int
     """Steps of ``config`` with the checkout at ``root``: step seconds, stage means and phase rows."""
     sys.path.insert(0, root)
     sys.path.insert(1, str(HERE))
-    from phases import Phases
+    from _phases import Phases
 
     from agentrl.config import load_config
     from agentrl.training.trainer import Trainer

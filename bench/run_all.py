@@ -30,6 +30,8 @@ QUICK = {
     "sandbox": ["--limit", "40"],
     "samples": ["--steps", "3"],
     "long_episodes": ["cost", "--episodes", "8"],
+    "agent_step": ["--steps", "1", "--warmup", "0", "model.warm_start.enabled=false", "data.prompts_per_step=4"],
+    "agentic_trl": ["--prompts", "2", "--group", "4", "--steps", "2", "--warmup", "1", "--cold"],
 }
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
        "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "all",
@@ -38,7 +40,7 @@ ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1
 
 def benches(only: list[str] | None) -> list[str]:
     """Bench names (files in bench/ other than this one), known ones first."""
-    found = sorted(p.stem for p in HERE.glob("*.py") if p.stem not in ("run_all", "__init__"))
+    found = sorted(p.stem for p in HERE.glob("*.py") if p.stem != "run_all" and not p.stem.startswith("_"))
     names = [n for n in ORDER if n in found] + [n for n in found if n not in ORDER]
     return [n for n in names if not only or n in only]
 

@@ -247,3 +247,58 @@ def test_tool_calls_and_their_results_stay_on_the_trajectory(tok: Any) -> None:
                                 '<tool_call>not json</tool_call>')
     assert [c["error"] for c in info["calls"]] == ["division by zero", info["calls"][1]["error"]]
     assert info["calls"][1]["name"] is None and "not valid JSON" in info["calls"][1]["result"]
+
+
+class StaggeredEnv(agentrl.env.TextEnv):
+    """Two turns; episode k's env answers its first turn after 0.06 * k seconds (stragglers), the
+    second at once; reward 1 for any second turn."""
+
+    max_turns = 2
+
+    def sample_task(self, rng: Any) -> Any:
+        from agentrl.types import Task
+
+        return Task(id="t0", prompt="Janet's ducks lay 16 eggs per day.", answer="18")
+
+    def score(self, action: str, task: Any) -> Any:
+        from agentrl.types import RewardResult
+
+        return RewardResult(1.0, {}, {})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.turn = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str) -> Any:
+        import time
+
+        self.turn += 1
+        if self.turn == 1:
+            time.sleep(0.06 * self.delay)
+            return "9", 0.0, False, False, {}
+        return "", 1.0, True, False, {}
+
+
+def test_stragglers_are_gathered_for_the_engine(tok: Any) -> None:
+    """Eight episodes whose envs answer their first turn 60 ms apart: the engine is not called once per
+    straggler (the second turns go in batches once the waiting ones are as many as those stepping), and
+    every episode still ends after its second turn."""
+
+    from agentrl.rollout.env_pool import EnvPool
+
+    class Numbered(StaggeredEnv):
+        made = 0
+
+        def __deepcopy__(self, memo: dict[int, Any]) -> Numbered:  # each episode's copy: the next delay
+            copy = Numbered()
+            copy.delay, Numbered.made = Numbered.made, Numbered.made + 1
+            return copy
+
+    env = Numbered()
+    engine = ScriptedEngine(tok, lambda k, p: CALL)
+    ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=64), n_samples=8, pool=EnvPool(8))
+    trajs = ex.run([env.sample_task(None)])
+    assert [len(c) for c in engine.calls][0] == 8 and sum(len(c) for c in engine.calls) == 16
+    # was 9 (one call per straggler); gathered, the calls at most halve the stepping ones: 8, 4, 2, 1, 1
+    assert len(engine.calls) <= 5, [len(c) for c in engine.calls]
+    assert all(t.terminated and t.reward == 1.0 and len(t.info["responses"]) == 2 for t in trajs)

@@ -4,7 +4,7 @@
 tool-call parsing, workspace builds, command round trips, seal, the grader's workspace, the verifier,
 experience, the update); ``Phases.table()`` gives seconds, calls and ms per call of each. A phase
 nested in another is counted in both (``grade`` holds ``grader start`` and ``verifier``), so the
-column does not sum to the step. Used by ``bench/agent_step.py``; imports nothing heavy itself.
+column does not sum to the step. Used by ``bench/agent_step.py`` (a helper, not a bench: ``run_all`` skips files starting with ``_``); imports nothing heavy itself.
 """
 
 from __future__ import annotations
