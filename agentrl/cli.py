@@ -1,5 +1,5 @@
 """The ``agentrl`` command: train | eval | plan | sft | rm | dpo | serve-reward | serve-env | envs list |
-report | view | tasks | doctor.
+report | view | tasks | doctor | init.
 
 Mistakes a user makes (config, env import path or kwargs, model path, run directory, a missing
 optional package) print one line naming the problem and the fix (``agentrl: config error: ...``,
@@ -197,6 +197,18 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    """``agentrl init env NAME``: an env folder to start from (agentrl.evaluation.scaffold)."""
+    from agentrl.env import EnvError
+    from agentrl.evaluation.scaffold import init_env
+
+    try:
+        return init_env(args.name)
+    except EnvError as e:
+        print(f"agentrl init: error: {one_line(e)}", file=sys.stderr)
+        return 2
+
+
 def _tasks(args: argparse.Namespace) -> int:
     """``agentrl tasks list | check DIR``: Harbor task directories (agentrl.evaluation.tasks);
     ``agentrl tasks export ENV_ID OUT``: a workspace env's tasks written as such (agentrl.evaluation.task_export);
@@ -220,6 +232,10 @@ def _tasks(args: argparse.Namespace) -> int:
                                attacks=_names(args.attacks, "--attacks"), skip=_names(args.skip, "--skip"))
         if args.extra:
             raise EnvError(f"unexpected arguments after {args.dir}: {' '.join(args.extra)}")
+        if args.action == "init":
+            from agentrl.evaluation.scaffold import init_task
+
+            return init_task(args.dir)
         if args.action == "list":
             return list_tasks(args.dir, backend=args.backend)
         return check_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, verbose=args.verbose)
@@ -308,13 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--export", default=None, metavar="FILE.html",
                    help="write the page as one self-contained HTML file (works offline) instead of serving")
     w.set_defaults(fn=_view)
+    i = sub.add_parser("init", help="write a working start: an env folder (its TextEnv, conformance test and a "
+                                    "config that trains it); agent tasks: agentrl tasks init NAME")
+    i.add_argument("kind", choices=["env"])
+    i.add_argument("name", metavar="NAME", help="the folder to write (its last part names the env)")
+    i.set_defaults(fn=_init)
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)
     k = sub.add_parser("tasks", help="Harbor task directories: list them, check each (oracle 1.0, no-op 0.0), "
                                      "audit them against known reward hacks, or export a workspace env's tasks as them")
-    k.add_argument("action", choices=["list", "check", "export", "audit"])
+    k.add_argument("action", choices=["list", "check", "export", "audit", "init"])
     k.add_argument("dir", metavar="DIR|ENV_ID", help="list/check/audit: a Harbor task directory, or a folder of them; "
+                                                      "init: the task directory to write (a working start); "
                                                       "export/audit: the env id (agentrl/Terminal-v0, ...)")
     k.add_argument("extra", nargs="*", metavar="OUT [KEY=VALUE ...]",
                    help="export: the folder to write, then the env's keyword arguments (values as YAML); "
