@@ -255,28 +255,21 @@ def trl_trainer(trainer: Any, p: int, g: int, t: int, steps: int, out_dir: str, 
 
 def interleaved(p: int, g: int, t: int, steps: int, warmup: int, cold: bool, schemas: bool) -> dict[str, Any]:
     """TRL's train loop with one agentrl ``Trainer.step()`` after each TRL step (outside TRL's clock)."""
-    from transformers import TrainerCallback
+    from _ab import ab_callback
 
     times: dict[str, list[float]] = {"agentrl": [], "trl": []}
     metrics: list[dict[str, float]] = []
     ours: Any = None
 
-    class AB(TrainerCallback):
-        mark = 0.0
-
-        def on_train_begin(self, *a: Any, **k: Any) -> None:
-            AB.mark = time.perf_counter()
-
-        def on_step_end(self, *a: Any, **k: Any) -> None:
-            times["trl"].append(time.perf_counter() - AB.mark)
-            t0 = time.perf_counter()
-            metrics.append(ours.step())
-            times["agentrl"].append(time.perf_counter() - t0)
-            AB.mark = time.perf_counter()
+    def our_step() -> None:
+        t0 = time.perf_counter()
+        metrics.append(ours.step())
+        times["agentrl"].append(time.perf_counter() - t0)
 
     with tempfile.TemporaryDirectory(prefix="bench_agentic_trl_", ignore_cleanup_errors=True) as tmp:
         ours = agentrl_trainer(p, g, t, str(Path(tmp) / "agentrl"), cold)
-        theirs = trl_trainer(ours, p, g, t, steps + warmup, str(Path(tmp) / "trl"), AB(), schemas)
+        theirs = trl_trainer(ours, p, g, t, steps + warmup, str(Path(tmp) / "trl"), ab_callback(times["trl"], our_step),
+                             schemas)
         try:
             theirs.train()
         finally:

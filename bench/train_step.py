@@ -123,7 +123,7 @@ def trl_trainer(s: Setting, trainer: Any, steps: int, out_dir: str, callback: An
 def interleaved(s: Setting, steps: int, warmup: int, ablate: bool = False) -> dict[str, Any]:
     """Run TRL's train loop with one agentrl ``Trainer.step()`` after each TRL step (and, with
     ``ablate``, one step of an agentrl without shared prompts in the engine and the learner)."""
-    from transformers import TrainerCallback
+    from _ab import ab_callback
 
     times: dict[str, list[float]] = {"agentrl": [], "trl": []}
     stages: dict[str, list[float]] = {}
@@ -135,28 +135,20 @@ def interleaved(s: Setting, steps: int, warmup: int, ablate: bool = False) -> di
         plain.engine.share_prompts = False
         times["plain"] = []
 
-    class AB(TrainerCallback):
-        mark = 0.0
-
-        def on_train_begin(self, *a: Any, **k: Any) -> None:
-            AB.mark = time.perf_counter()
-
-        def on_step_end(self, *a: Any, **k: Any) -> None:
-            times["trl"].append(time.perf_counter() - AB.mark)
+    def our_steps() -> None:
+        t0 = time.perf_counter()
+        m = ours.step()
+        times["agentrl"].append(time.perf_counter() - t0)
+        if len(times["agentrl"]) > warmup:
+            for key, v in m.items():
+                if key.startswith("time/"):
+                    stages.setdefault(key[5:], []).append(v)
+        if plain is not None:
             t0 = time.perf_counter()
-            m = ours.step()
-            times["agentrl"].append(time.perf_counter() - t0)
-            if len(times["agentrl"]) > warmup:
-                for key, v in m.items():
-                    if key.startswith("time/"):
-                        stages.setdefault(key[5:], []).append(v)
-            if plain is not None:
-                t0 = time.perf_counter()
-                plain.step()
-                times["plain"].append(time.perf_counter() - t0)
-            AB.mark = time.perf_counter()
+            plain.step()
+            times["plain"].append(time.perf_counter() - t0)
 
-    theirs = trl_trainer(s, ours, steps + warmup, str(Path(tmp) / "trl"), AB())
+    theirs = trl_trainer(s, ours, steps + warmup, str(Path(tmp) / "trl"), ab_callback(times["trl"], our_steps))
     theirs.train()
     n = s.prompts * s.group
     med = {k: statistics.median(v[warmup:]) for k, v in times.items()}
