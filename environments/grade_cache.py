@@ -3,7 +3,7 @@
 The samples of a GRPO group start from the same tree and, once a policy has learned a task, often end
 on the same one: ``n`` byte-identical trees graded ``n`` times by a deterministic verifier give one
 verdict ``n`` times. The cache keys a verdict on (task id, the tree's content digest: every path, its
-kind, permission bits, size and contents or link target, as the runtime hashed it while sealing), so
+kind, permission bits, size, contents or link target and hard links, as the runtime hashed it while sealing), so
 two trees that differ anywhere a verifier could look are graded apart; modification times are not in
 the digest (a verifier that reads them must not use the cache). A grade in flight is waited for, not
 repeated. Only a verdict with a reward is kept: a grader that failed (``Verdict.error``) is retried by

@@ -340,8 +340,9 @@ class Runtime:
             except trees.TreeTooLarge as e:
                 trees.FrameWriter(1).close()
                 return {"error": str(e), "too_large": True}
-            entries = trees.stream_tree(roots, 1)
-            out: dict = {"entries": len(entries), "digest": trees.tree_digest(entries)}
+            archived: dict[str, str] = {}
+            entries = trees.stream_tree(roots, 1, archived)
+            out: dict = {"entries": len(entries), "digest": trees.tree_digest(entries, archived)}
             if self.marked is not None:
                 out.update(diff=self.marked.diff(entries), unchanged=self.marked.unchanged(entries))
         return out

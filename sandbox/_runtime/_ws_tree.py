@@ -158,12 +158,13 @@ def entry_of(path: str, st: os.stat_result, digest: str) -> tuple:
     return kind, stat.S_IMODE(st.st_mode), st.st_size if kind == "f" else 0, target
 
 
-def tree_digest(entries: dict[str, tuple]) -> str:
-    """One digest of a tree's entries (each path with its :func:`entry_of`: contents, not times), so that
-    two trees share it only when no file, mode, link or directory differs."""
+def tree_digest(entries: dict[str, tuple], archived: dict[str, str]) -> str:
+    """One digest of an archived tree: each path with its :func:`entry_of` (kind, mode, size, contents or
+    link target) and ``archived``'s hard link, so that two trees share it only when what a grader restores
+    from them differs in nothing but times."""
     h = hashlib.sha256()
     for path in sorted(entries):
-        h.update(repr((path, entries[path])).encode("utf-8", "surrogateescape") + b"\0")
+        h.update(repr((path, entries[path], archived.get(path))).encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
 
 
@@ -181,9 +182,12 @@ def file_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def stream_tree(roots: list[str], fd: int) -> dict:
+def stream_tree(roots: list[str], fd: int, archived: dict[str, tuple] | None = None) -> dict:
     """Archive ``roots`` (already size-checked) as raw frames on ``fd``; every entry's
-    :func:`entry_of`, keyed by path (for the diff). Links as links; hard links as hard links."""
+    :func:`entry_of`, keyed by path (for the diff). Links as links; hard links as hard links.
+    ``archived`` gets, per path, what else a restore takes from its archive entry: the path it is a hard
+    link to ("" when none; owners are not restored: every file is the new tree's agent's) (for
+    :func:`tree_digest`)."""
     out = FrameWriter(fd)
     entries: dict[str, tuple] = {}
     hardlinks: dict[tuple[int, int], str] = {}
@@ -205,6 +209,8 @@ def stream_tree(roots: list[str], fd: int) -> dict:
                 if info.islnk():  # a hard link: compared by contents, as the first state has it
                     digest = file_digest(path)
             entries[path] = entry_of(path, st, digest)
+            if archived is not None:
+                archived[path] = info.linkname if info.islnk() else ""
     out.close()
     return entries
 

@@ -147,7 +147,7 @@ class Tree:
     never sits in the trainer's memory. ``diff`` (a capped unified diff against the tree right after
     the build) and ``unchanged`` (byte for byte that tree) come from the workspace's runtime when it
     knows its first state (None otherwise); ``digest`` (the runtime's hash of every entry's path, kind,
-    mode, size and contents or link target, not its times) when the runtime made the archive."""
+    mode, size, contents or link target and hard link, not its times) when the runtime made the archive."""
 
     def __init__(self, data: bytes | None = None, *, diff: str | None = None, unchanged: bool | None = None,
                  digest: str | None = None) -> None:

@@ -36,8 +36,12 @@ def test_the_digest_sees_contents_modes_links_and_directories_but_not_times():
     assert sealed_digest("printf 'a\\n' > /app/f", "touch -d '2001-01-01' /app/f") == base  # only its time
     for changed in ("printf 'b\\n' > /app/f", "printf 'a\\n' > /app/f; chmod 755 /app/f",
                     "printf 'a\\n' > /app/f; ln -s f /app/g", "printf 'a\\n' > /app/f; mkdir /app/d",
-                    "printf 'a\\n' > /app/F"):
+                    "printf 'a\\n' > /app/F", "printf 'a\\n' > /app/f; cp /app/f /app/g"):
         assert sealed_digest(changed) != base, changed
+    # a hard link and a copy hold the same bytes but restore apart (a write to one shows in the other)
+    copied = sealed_digest("printf 'a\\n' > /app/f; cp /app/f /app/g")
+    assert sealed_digest("printf 'a\\n' > /app/f; ln /app/f /app/g") != copied
+    assert sealed_digest("printf 'a\\n' > /app/f; cp /app/f /app/g", "touch -d '2001-01-01' /app/g") == copied
 
 
 def test_same_tree_graded_once_a_different_tree_graded_again():
