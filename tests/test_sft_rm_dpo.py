@@ -194,6 +194,26 @@ def test_a_warm_start_shorter_than_eval_every_still_evaluates_its_weights(tiny):
     assert [h[0] for h in res.history] == [2, 4]  # the last step was an evaluation: not evaluated twice
 
 
+def test_a_long_warm_start_is_never_silent_between_evaluations(tiny):
+    """A line with the step, the loss and the seconds whenever ``heartbeat_s`` passed without one (issue 46,
+    finding 3: a warm start said nothing for minutes between its evaluations); evaluations reset the clock."""
+    model, tok, _ = tiny
+    import copy
+
+    model = copy.deepcopy(model)
+    pairs = [(tok(f"{a}+{b}=")["input_ids"], tok(str(a + b))["input_ids"] + [tok.eos_token_id]) for a, b in [(1, 2)]]
+    lines: list[str] = []
+    train_sft(model, pairs, tok.pad_token_id, lr=1e-3, batch_size=1, max_steps=4, eval_every=4, patience=2,
+              dev_accuracy=lambda: 0.5, log=lines.append, heartbeat_s=1e-9)
+    assert [ln.split(":")[0] for ln in lines] == ["warm start step 1/4", "warm start step 2/4", "warm start step 3/4",
+                                                 "warm start step 4/4", "warm start step 4"]
+    assert lines[0].endswith(" s)") and "loss " in lines[0] and "dev accuracy 0.500" in lines[-1]
+    quiet: list[str] = []
+    train_sft(model, pairs, tok.pad_token_id, lr=1e-3, batch_size=1, max_steps=4, eval_every=4, patience=2,
+              dev_accuracy=lambda: 0.5, log=quiet.append)  # the default 20 s: none in a 4-step run
+    assert [ln.split(":")[0] for ln in quiet] == ["warm start step 4"]
+
+
 # ------------------------------------------------------------------ the three stages (slow tier)
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory) -> dict[str, Any]:

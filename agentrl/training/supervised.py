@@ -229,15 +229,21 @@ def eval_loss(model: Any, examples: Sequence[Any], pad_id: int, micro_batch_size
     return total / max(tokens, 1)
 
 
+HEARTBEAT_S = 20.0
+"""Seconds a warm start may go without saying where it is (between its evaluations)."""
+
+
 def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch_size: int, max_steps: int,
               eval_every: int, patience: int, target_accuracy: float = 1.0, min_accuracy: float = 0.0,
               dev_accuracy: Callable[[], float] | None = None, seed: int = 0,
-              log: Callable[[str], None] = print, micro_batch_size: int = 0) -> SFTResult:
+              log: Callable[[str], None] = print, micro_batch_size: int = 0,
+              heartbeat_s: float = HEARTBEAT_S) -> SFTResult:
     """The warm start: train until ``max_steps``, ``target_accuracy`` on dev, or ``patience``
     evaluations without progress (a better accuracy under ``min_accuracy`` is no progress, so a warm
     start that never reaches a useful accuracy stops after ``patience`` evaluations). Keeps (and
     restores) the weights of the best dev accuracy; the last weights are evaluated too when the last
-    step was not an evaluation step.
+    step was not an evaluation step. Between evaluations a line says where it is (step, loss, seconds)
+    whenever ``heartbeat_s`` have passed without one (0: never), so a long warm start is never silent.
 
     ``pairs``: (prompt ids, response ids) pairs or Trajectories (loss on their action segments).
     """
@@ -247,12 +253,19 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
     best = {"acc": -1.0, "state": None, "stale": 0}
     history: list[tuple[int, float, float]] = []
     last_loss = [float("nan")]
+    started = said = time.monotonic()
 
     def on_log(step: int, metrics: dict[str, float]) -> None:
+        nonlocal said
         last_loss[0] = metrics["loss"]
+        if heartbeat_s and time.monotonic() - said >= heartbeat_s:
+            said = time.monotonic()
+            log(f"warm start step {step}/{max_steps}: loss {last_loss[0]:.3f} ({said - started:.0f} s)")
 
     def on_eval(step: int) -> bool:
+        nonlocal said
         acc = dev_accuracy()
+        said = time.monotonic()
         history.append((step, last_loss[0], acc))
         log(f"warm start step {step}: loss {last_loss[0]:.3f}, dev accuracy {acc:.3f}")
         improved = acc > best["acc"]
