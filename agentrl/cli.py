@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+
+STARTED = time.monotonic()
+"""When this process began its command, near enough (``run.max_seconds`` counts from it)."""
 
 
 def _quiet() -> None:
@@ -47,7 +51,7 @@ def _train(args: argparse.Namespace) -> int:
         from agentrl.doctor.first_step import first_step_check
 
         doctor = lambda tok, role: first_step_check(cfg, run_dir, tok, role)  # noqa: E731 - bound in the trainer
-    trainer = trainer_cls(cfg, run_dir=run_dir, resume=bool(args.resume), doctor=doctor)
+    trainer = trainer_cls(cfg, run_dir=run_dir, resume=bool(args.resume), doctor=doctor, started=STARTED)
     summary = trainer.fit()
     if summary.get("interrupted"):  # checkpointed after SIGTERM: 128 + 15, as a killed process reports
         import signal

@@ -8,8 +8,9 @@ import importlib.util
 import json
 import math
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,33 @@ class StageTimer:
         return out
 
 
+HEARTBEAT_S = 20.0
+"""A phase longer than this says where it is (every this many seconds) in a log file."""
+
+
+@contextmanager
+def heartbeat(label: str, progress: Callable[[], tuple[int, int]] | None = None,
+              say: Callable[[str], None] = print, every: float | None = None) -> Iterator[None]:
+    """While the block runs, ``say`` a line every ``every`` seconds (default ``HEARTBEAT_S``; none for a
+    shorter block): ``label``, the seconds so far and, from ``progress() -> (done, total)``, the episodes ended."""
+    stop, started = threading.Event(), time.monotonic()
+    every = HEARTBEAT_S if every is None else every
+
+    def beat() -> None:
+        while not stop.wait(every):
+            done = progress() if progress is not None else None
+            count = f"{done[0]}/{done[1]} episodes, " if done and done[1] else ""
+            say(f"{label}: {count}{time.monotonic() - started:.0f} s")
+
+    thread = threading.Thread(target=beat, name="agentrl-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class Tracker:
     """Writes metrics rows to every sink and drives the progress bar."""
 
@@ -67,7 +95,7 @@ class Tracker:
         if cfg.progress and not self._plain:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), TextColumn("{task.fields[status]}"), transient=False)
             self._progress.start()
             self._task = self._progress.add_task("train", total=total_steps, completed=start_step, status="")
@@ -98,6 +126,21 @@ class Tracker:
                 self._progress.update(self._task, completed=step, status=status)
             elif step % max(1, self.total_steps // 20) == 0 or step == self.total_steps:
                 print(f"step {step}/{self.total_steps} | {status}", flush=True)  # a whole line in a log file
+
+    @contextmanager
+    def phase(self, label: str, progress: Callable[[], tuple[int, int]] | None = None) -> Iterator[None]:
+        """A phase of the run beside the training bar (an evaluation): on a terminal a second bar of its
+        episodes, updated every second; in a log file a :func:`heartbeat` line every ``HEARTBEAT_S``."""
+        if self._progress is None:
+            with heartbeat(label, progress, self.print):
+                yield
+            return
+        bar = self._progress.add_task(label, total=None, status="")
+        update = (lambda: self._progress.update(bar, completed=progress()[0], total=progress()[1] or None)
+                  ) if progress is not None else (lambda: None)
+        with heartbeat(label, None, lambda _: update(), every=1.0):
+            yield
+        self._progress.remove_task(bar)
 
     def print(self, text: str) -> None:
         """A line above the progress bar (or plain print)."""
@@ -169,4 +212,8 @@ def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step
         errors = [math.sqrt(p * (1 - p) / n) for p in (before, after) if 0 <= p <= 1]  # NaN: not measured
         how = "greedy" if summary.get("eval_greedy") else f"sampled ({summary.get('eval_samples', 1)} per task)"
         line += f"; {how} on {tasks} held-out tasks" + (f", standard error +-{max(errors):.3f}" if errors else "")
+    if summary.get("sampled_after") is not None:  # what RL's samples see: a weak signal when far below greedy
+        was = summary.get("sampled_before")
+        line += (f"; sampled (temperature {summary.get('temperature', 1.0):g}, 1 per task) "
+                 + (f"{was:.3f} -> " if was is not None else "") + f"{summary['sampled_after']:.3f}")
     return line

@@ -135,3 +135,24 @@ def test_the_closing_line_says_how_accuracy_was_measured_and_its_error():
     assert sampled.endswith("; sampled (4 per task) on 10 held-out tasks, standard error +-0.079")  # n = 40
     assert "standard error" not in closing_line({**summary, "eval_before": float("nan"), "eval_after": float("nan")},
                                                 False, 1)
+
+
+def test_greedy_and_sampled_success_side_by_side(tmp_path, capsys):
+    """Issue 46, finding 4: one checkpoint was 0.40 greedy and 0.013 sampled, which is why its training reward
+    sat at 0.01; the evaluations before and after RL now also sample one episode per task at the rollout
+    temperature, and the closing line gives both (the periodic evaluations stay greedy only)."""
+    from agentrl.tracking import closing_line
+
+    summary = {"eval_before": 0.4, "eval_after": 0.5, "rl_seconds": 12.0, "eval_tasks": 10, "eval_samples": 1,
+               "eval_greedy": True, "temperature": 1.0, "sampled_before": 0.013, "sampled_after": 0.1}
+    assert closing_line(summary, True, 3).endswith("+-0.158; sampled (temperature 1, 1 per task) 0.013 -> 0.100")
+    cfg = load_config(DEMO, SMALL + ["learner.total_steps=2", "log.eval_every=1"])
+    out = Trainer(cfg, run_dir=tmp_path).fit()
+    assert out["sampled_before"] is not None and 0 <= out["sampled_after"] <= 1
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/accuracy" in r]
+    assert ["eval/sampled_accuracy" in r for r in evals] == [True, False, False, True]  # before, 1, 2, after
+    assert "; sampled (temperature 1, 1 per task) " in capsys.readouterr().out
+    off = Trainer(load_config(DEMO, SMALL + ["learner.total_steps=1", "eval.sampled=false"]),
+                  run_dir=tmp_path / "off").fit()
+    assert off["sampled_after"] is None

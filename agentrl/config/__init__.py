@@ -19,6 +19,7 @@ from agentrl.config.loading import (
 from agentrl.config.sections import (
     ActorGroupConfig,
     AlgoConfig,
+    BudgetConfig,
     CheckpointConfig,
     ClusterConfig,
     DataConfig,
@@ -36,7 +37,7 @@ from agentrl.config.sections import (
 )
 
 __all__ = [
-    "CHOICES", "ActorGroupConfig", "AlgoConfig", "CheckpointConfig", "ClusterConfig", "ConfigError",
+    "CHOICES", "ActorGroupConfig", "AlgoConfig", "BudgetConfig", "CheckpointConfig", "ClusterConfig", "ConfigError",
     "DataConfig", "EnvConfig", "EvalConfig", "LearnerConfig", "LogConfig", "ModelConfig", "OptimConfig",
     "RewardConfig", "RolloutConfig", "RunConfig", "TinyModelConfig", "WarmStartConfig", "build",
     "load_config", "parse_overrides", "read_yaml", "save_config", "to_dict",

@@ -213,7 +213,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     data = _merge(drop_old_env_kwargs(data, extra), extra)
     cfg = implied(resolve_auto(build(cls, data)))
     check_credit_and_context(cfg)
+    check_budget(cfg)
     return cfg
+
+
+def check_budget(cfg: Any) -> None:
+    """``run.max_seconds`` >= 0 and ``run.warm_start_share`` in (0, 1], said in one line."""
+    run = getattr(cfg, "run", None)
+    if run is None:
+        return
+    if not run.max_seconds >= 0:
+        raise ConfigError(f"run.max_seconds: expected seconds >= 0 (0: no budget), got {run.max_seconds!r}")
+    if not 0 < run.warm_start_share <= 1:
+        raise ConfigError(f"run.warm_start_share: expected a fraction in (0, 1], got {run.warm_start_share!r}")
 
 
 def implied(cfg: Any) -> Any:

@@ -396,6 +396,10 @@ class EvalConfig:
     """The k of pass@k (unbiased estimator) and maj@k; values above n_samples are skipped."""
     temperature: float | None = None
     """Eval sampling temperature (None: greedy if n_samples is 1 and log.eval_greedy, else rollout.temperature)."""
+    sampled: bool = True
+    """When evaluation is greedy, the evaluations before and after RL also sample one episode per held-out task
+    at ``rollout.temperature`` (``eval/sampled_accuracy``; the closing line gives both: a policy far better
+    greedy than sampled gives RL a weak reward signal)."""
 
 
 @dataclass(frozen=True)
@@ -406,6 +410,18 @@ class CheckpointConfig:
     """How many step checkpoints to keep."""
     save_final: bool = True
     """Save the final policy as a Hugging Face directory."""
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    max_seconds: float = 0.0
+    """Wall-clock budget of the whole ``agentrl train`` (0 = none): loading, the warm start, RL, every
+    evaluation and the final save. RL stops early enough for the final evaluation (its time measured on the
+    first one); periodic evaluations that would not leave it room are skipped. ``learner.max_seconds`` still
+    caps RL alone."""
+    warm_start_share: float = 0.5
+    """The most of what is left of ``max_seconds`` when the warm start begins that it may take (a warm start
+    cut short by the budget is not cached)."""
 
 
 @dataclass(frozen=True)
@@ -432,6 +448,8 @@ class RunConfig:
     """Checkpoints."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Evaluation: ``agentrl eval`` and the evaluations during training."""
+    run: BudgetConfig = field(default_factory=BudgetConfig)
+    """The whole run's wall-clock budget (``run.max_seconds``)."""
 
 
 @dataclass(frozen=True)

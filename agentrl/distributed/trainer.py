@@ -43,7 +43,7 @@ class RayTrainer(Trainer):
     """``Trainer`` whose models live in Ray actors (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False,
-                 doctor: Any = None) -> None:
+                 doctor: Any = None, started: float | None = None) -> None:
         if cfg.learner.lora.r > 0 and cfg.cluster.strategy == "deepspeed" and cfg.cluster.zero_stage == 3:
             raise ConfigError("learner.lora with cluster.zero_stage=3: the adapters' merge needs whole base "
                               "weights; use zero_stage 0-2 (the frozen base is not partitioned anyway)")
@@ -56,7 +56,7 @@ class RayTrainer(Trainer):
         self._weight_sync: WeightSync | None = None
         self.versions: async_ray.RemoteVersions | None = None  # rollout.async: the engines' policy versions
         try:
-            super().__init__(cfg, run_dir=run_dir, resume=resume, doctor=doctor)
+            super().__init__(cfg, run_dir=run_dir, resume=resume, doctor=doctor, started=started)
             self.build_env_workers()
         except BaseException:
             self.shutdown()

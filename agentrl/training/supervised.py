@@ -107,6 +107,7 @@ class SFTResult:
     final_loss: float
     seconds: float
     history: list[tuple[int, float, float]]  # (step, train loss, dev accuracy)
+    out_of_time: bool = False  # stopped by its max_seconds before max_steps or its dev accuracy stopped it
 
 
 @dataclass
@@ -237,19 +238,20 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
               eval_every: int, patience: int, target_accuracy: float = 1.0, min_accuracy: float = 0.0,
               dev_accuracy: Callable[[], float] | None = None, seed: int = 0,
               log: Callable[[str], None] = print, micro_batch_size: int = 0,
-              heartbeat_s: float = HEARTBEAT_S) -> SFTResult:
+              heartbeat_s: float = HEARTBEAT_S, max_seconds: float = 0.0) -> SFTResult:
     """The warm start: train until ``max_steps``, ``target_accuracy`` on dev, or ``patience``
     evaluations without progress (a better accuracy under ``min_accuracy`` is no progress, so a warm
     start that never reaches a useful accuracy stops after ``patience`` evaluations). Keeps (and
     restores) the weights of the best dev accuracy; the last weights are evaluated too when the last
     step was not an evaluation step. Between evaluations a line says where it is (step, loss, seconds)
     whenever ``heartbeat_s`` have passed without one (0: never), so a long warm start is never silent.
+    ``max_seconds`` (0: none) stops it between steps (``SFTResult.out_of_time``).
 
     ``pairs``: (prompt ids, response ids) pairs or Trajectories (loss on their action segments).
     """
     optim = OptimConfig(lr=lr, batch_size=batch_size, micro_batch_size=micro_batch_size or batch_size,
                         max_steps=max_steps, eval_every=eval_every if dev_accuracy else 0, grad_clip=1.0,
-                        log_every=1)
+                        log_every=1, max_seconds=max_seconds)
     best = {"acc": -1.0, "state": None, "stale": 0}
     history: list[tuple[int, float, float]] = []
     last_loss = [float("nan")]
@@ -276,8 +278,11 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
 
     result = train_loop(model, list(pairs), optim, sft_micro_loss(model, pad_id), on_eval=on_eval,
                         on_log=on_log, seed=seed)
+    stopped = bool(history) and history[-1][0] == result.steps and (
+        history[-1][2] >= target_accuracy or best["stale"] >= patience)  # stopped by its dev accuracy
+    out_of_time = bool(max_seconds) and result.steps < max_steps and not stopped
     if dev_accuracy is not None and result.steps and (not history or history[-1][0] != result.steps):
         on_eval(result.steps)  # the last weights are a candidate too (max_steps below eval_every: the only one)
     if best["state"] is not None:
         model.load_state_dict(best["state"])
-    return SFTResult(result.steps, best["acc"], last_loss[0], result.seconds, history)
+    return SFTResult(result.steps, best["acc"], last_loss[0], result.seconds, history, out_of_time)

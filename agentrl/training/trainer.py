@@ -9,7 +9,6 @@ reference_and_values -> advantages -> update -> sync_weights, then logging and c
 
 from __future__ import annotations
 
-import copy
 import logging
 import signal
 import sys
@@ -34,42 +33,44 @@ from agentrl.evaluation.held_out import held_out_warning
 from agentrl.evaluation.metrics import eval_params, summarize, task_results
 from agentrl.models import load_policy
 from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
-from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
+from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path, sampling_params
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
 from agentrl.rollout.failures import EnvFailures
-from agentrl.rollout.worker_process import make_rollouts
 from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
-from agentrl.tracking import StageTimer, Tracker, closing_line, plot_curves, read_metrics
+from agentrl.tracking import StageTimer, Tracker, closing_line, heartbeat, plot_curves, read_metrics
+from agentrl.training.budget import RunBudget
 from agentrl.training.credit import batch_advantages, sample_metrics
 from agentrl.training.experience import Experience
-from agentrl.training.learner import FrozenModel, PolicyLearner
 from agentrl.training.lora import (
     apply_lora,
     is_lora,
     load_adapter,
     parameter_report,
-    plain_copy,
     policy_weights,
 )
 from agentrl.training.metrics import offpolicy_metrics, rollout_metrics
 from agentrl.training.samples import SampleLog
-from agentrl.training.scoring import remote_reward_client, reward_model_scorer, score_remote, score_unverified
+from agentrl.training.scoring import score_remote, score_unverified
 from agentrl.training.signals import stop_on_sigterm
 from agentrl.training.tasks import TaskSource, seed_everything
 from agentrl.training.warm_start import maybe_warm_start
+from agentrl.training.wiring import TrainerWiring
 from agentrl.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
 
 
-class Trainer:
+class Trainer(TrainerWiring):
     """Single-process RL trainer (the Ray path reuses these stages with actor handles)."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: bool = False,
-                 doctor: Any = None) -> None:
+                 doctor: Any = None, started: float | None = None) -> None:
         """``doctor(tokenizer, feedback_role)`` makes the check of the first batch, ``check(trajectories,
-        experience)``, which raises to stop the run (``agentrl train``: ``agentrl.doctor.first_step``)."""
+        experience)``, which raises to stop the run (``agentrl train``: ``agentrl.doctor.first_step``).
+        ``started``: when the run began (``time.monotonic()``; default now), for ``run.max_seconds``."""
         self.cfg = cfg
+        self.budget = RunBudget(cfg.run.max_seconds, cfg.run.warm_start_share, started)
+        self.tracker: Tracker | None = None  # while fit() runs
         doctor = None if resume else doctor  # a resumed run's first batch was checked when it started
         self.doctor_texts = doctor is not None
         if cfg.rollout.async_ and cfg.rollout.engine == "vllm" and cfg.cluster.mode == "local":
@@ -83,8 +84,15 @@ class Trainer:
         self.model, self.tokenizer = load_policy(cfg, self.model_path)
         self._timers = threading.local()  # one StageTimer per thread (the rollout worker has its own)
         # on resume too (cached): the reference is the warm-started policy
+        if self.budget.active:
+            print(f"run budget: {cfg.run.max_seconds:g} s (run.max_seconds), {self.budget.used():.0f} s used; the warm "
+                  f"start may take {cfg.run.warm_start_share:.0%} of what is left", flush=True)
+        elif cfg.learner.max_seconds and not resume:
+            print(f"learner.max_seconds={cfg.learner.max_seconds:g} bounds RL only: loading, the warm start and the "
+                  f"evaluations come on top (run.max_seconds bounds the whole run)", flush=True)
         self.warm = maybe_warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
-                                     lambda: make_env(cfg, cfg.env.dev_kwargs))
+                                     lambda: make_env(cfg, cfg.env.dev_kwargs),
+                                     max_seconds=self.budget.warm_start_seconds())
         self.model = apply_lora(self.model, cfg.learner.lora)  # learner.lora.r > 0: adapters train, not the base
         self.reference = self.build_reference()
         self.critic = self.build_critic()
@@ -287,17 +295,32 @@ class Trainer:
         if exp is not None:
             check(batch, exp)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, sampled: bool = False) -> dict[str, float]:
         """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was.
-        The episodes of the first ``log.eval_samples`` tasks go to samples.jsonl."""
-        e = self.cfg.eval
-        with torch.random.fork_rng():
+        The episodes of the first ``log.eval_samples`` tasks go to samples.jsonl. ``sampled`` (the evaluations
+        before and after RL) adds ``eval/sampled_accuracy`` when the evaluation is greedy and ``eval.sampled``."""
+        e, started = self.cfg.eval, time.monotonic()
+        phase = heartbeat if self.tracker is None else self.tracker.phase  # never silent for minutes
+        with torch.random.fork_rng(), phase(f"evaluating {len(self.eval_tasks)} held-out tasks",
+                                            getattr(self.eval_executor, "progress", None)):
             torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
             trajs = self.eval_executor.run(self.eval_tasks, n_samples=e.n_samples, params=eval_params(self.cfg))
         self.failures.observe(trajs, "evaluation")
         self.samples.eval(self.step_idx, self.eval_tasks, trajs, e.n_samples, self.version)
         metrics = summarize(task_results(self.eval_tasks, trajs, e.n_samples, "eval"), e.k)
+        if sampled and e.sampled and eval_params(self.cfg).temperature == 0:
+            metrics["sampled_accuracy"] = self._sampled_accuracy(phase)
+        self.budget.observe_eval(time.monotonic() - started)
         return {f"eval/{k}": v for k, v in metrics.items()}
+
+    def _sampled_accuracy(self, phase: Any) -> float:
+        """Success of one episode per held-out task at ``rollout.temperature`` (its own seed)."""
+        with torch.random.fork_rng(), phase(f"sampling {len(self.eval_tasks)} held-out tasks",
+                                            getattr(self.eval_executor, "progress", None)):
+            torch.manual_seed(self.cfg.data.seed + 2000 + self.step_idx)
+            trajs = self.eval_executor.run(self.eval_tasks, n_samples=1, params=sampling_params(self.cfg))
+        self.failures.observe(trajs, "evaluation")
+        return summarize(task_results(self.eval_tasks, trajs, 1, "eval"), [1])["accuracy"]
 
     def fit(self) -> dict[str, Any]:
         """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after.
@@ -317,36 +340,47 @@ class Trainer:
         return {"steps": self.step_idx, "rl_seconds": rl_seconds, "eval_before": before["eval/accuracy"],
                 "interrupted": name, "checkpoint": str(path)}
 
+    def _rl_steps(self, tracker: Tracker) -> float:
+        """RL steps until ``learner.total_steps``, ``learner.max_seconds``, the run budget or SIGTERM, with
+        the periodic evaluations and checkpoints; returns the seconds they took."""
+        cfg, started = self.cfg, time.perf_counter()
+        while self.step_idx < cfg.learner.total_steps and self.stop_signal is None:
+            if cfg.learner.max_seconds and time.perf_counter() - started > cfg.learner.max_seconds:
+                tracker.print(f"time budget of {cfg.learner.max_seconds:.0f} s reached")
+                break
+            if not self.budget.may_step():
+                tracker.print(self.budget.stop_line())
+                break
+            step_started = time.perf_counter()
+            metrics = self.step()
+            self.budget.observe_step(time.perf_counter() - step_started)
+            self.step_idx += 1
+            if cfg.log.eval_every and self.step_idx % cfg.log.eval_every == 0 and self.budget.may_evaluate():
+                metrics.update(self.evaluate())
+            tracker.log(self.step_idx, metrics)
+            self.last_metrics = metrics
+            if cfg.checkpoint.every and self.step_idx % cfg.checkpoint.every == 0:
+                self.save()
+        return time.perf_counter() - started
+
     def _fit(self) -> dict[str, Any]:
         cfg = self.cfg
-        tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps, start_step=self.step_idx)
+        self.tracker = tracker = Tracker(self.run_dir, cfg.log, cfg.learner.total_steps, start_step=self.step_idx)
         try:
             if self.resumed:  # the run's first evaluation is in metrics.jsonl already
                 before = next((r for r in read_metrics(self.run_dir) if "eval/accuracy" in r),
                               {"eval/accuracy": float("nan")})
             else:
-                before = self.evaluate()
+                before = self.evaluate(sampled=True)
                 tracker.log(self.step_idx, before)
             tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
-            started = time.perf_counter()
-            while self.step_idx < cfg.learner.total_steps and self.stop_signal is None:
-                if cfg.learner.max_seconds and time.perf_counter() - started > cfg.learner.max_seconds:
-                    tracker.print(f"time budget of {cfg.learner.max_seconds:.0f} s reached")
-                    break
-                metrics = self.step()
-                self.step_idx += 1
-                if cfg.log.eval_every and self.step_idx % cfg.log.eval_every == 0:
-                    metrics.update(self.evaluate())
-                tracker.log(self.step_idx, metrics)
-                self.last_metrics = metrics
-                if cfg.checkpoint.every and self.step_idx % cfg.checkpoint.every == 0:
-                    self.save()
-            rl_seconds = time.perf_counter() - started
+            rl_seconds = self._rl_steps(tracker)
             if self.stop_signal is not None:
                 return self._stopped(tracker, before, rl_seconds)
-            after = self.evaluate()
+            after = self.evaluate(sampled=True) if self.step_idx > self.start_step or self.resumed else before
             tracker.log(self.step_idx, after)
         finally:
+            self.tracker = None
             tracker.close()
             self.rollouts.close()
         if cfg.checkpoint.save_final:
@@ -355,10 +389,12 @@ class Trainer:
         summary = {"steps": self.step_idx, "rl_seconds": rl_seconds,
                    "eval_before": before["eval/accuracy"], "eval_after": after["eval/accuracy"],
                    "eval_tasks": len(self.eval_tasks), "eval_samples": cfg.eval.n_samples,
-                   "eval_greedy": eval_params(cfg).temperature == 0,
+                   "eval_greedy": eval_params(cfg).temperature == 0, "temperature": cfg.rollout.temperature,
+                   "sampled_before": before.get("eval/sampled_accuracy"),
+                   "sampled_after": after.get("eval/sampled_accuracy"),
                    "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
-        print(closing_line(summary, self.warm is not None, self.step_idx - self.start_step, self.start_step),
-              flush=True)
+        line = closing_line(summary, self.warm is not None, self.step_idx - self.start_step, self.start_step)
+        print(line + (f"; {self.budget.summary()}" if self.budget.active else ""), flush=True)
         return summary
 
     # ------------------------------------------------------------------ state
@@ -393,45 +429,3 @@ class Trainer:
         truncate_samples(self.run_dir, self.step_idx)  # and its episode records
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
-
-    # ------------------------------------------------------------------ wiring (overridden by the Ray trainer)
-    def build_reference(self) -> Any:
-        """A frozen copy of the initial policy, when the KL is used (``.logprobs(exp) -> (B,A)``)."""
-        if self.cfg.algo.kl_mode == "none":
-            return None
-        kw = dict(temperature=self.cfg.rollout.temperature, call_tokens=self.cfg.learner.call_tokens)
-        if is_lora(self.model):  # the base weights themselves, scored with the adapters off
-            return FrozenModel(self.model, self.cfg.learner.micro_batch_size, disable_adapters=True, **kw)
-        return FrozenModel(copy.deepcopy(self.model), self.cfg.learner.micro_batch_size, **kw)
-
-    def build_critic(self) -> Any:
-        """The value model for ``gae`` (``.values(exp)``, ``.train_step(exp)``); None otherwise."""
-        if self.cfg.algo.estimator != "gae":
-            return None
-        from agentrl.training.critic import Critic
-
-        return Critic.from_config(self.cfg, self.model_path)
-
-    def build_engine(self) -> Any:
-        """The rollout engine; with rollout.async it holds its own copy of the weights, with their version."""
-        if not self.cfg.rollout.async_:
-            return make_engine(self.cfg, self.model, self.tokenizer, self.model_path)
-        return VersionedEngine(make_engine(self.cfg, plain_copy(self.model), self.tokenizer, self.model_path,
-                                           local_async=True))  # RayTrainer builds its engines as actors
-
-    def build_rollouts(self) -> Any:
-        """``produce()`` inline, or on a rollout worker (process) at most rollout.max_staleness versions ahead."""
-        return make_rollouts(self.cfg.rollout, self.produce, self.engine, self.version,
-                             lambda: policy_weights(self.model), getattr(self.executor, "pool", None))
-
-    def build_learner(self) -> Any:
-        return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,
-                             max_new_tokens=self.cfg.rollout.max_new_tokens)
-
-    def build_remote_reward(self) -> Any:
-        """The reward server client when ``reward.remote_url`` is set (``rewards.client.RemoteReward``)."""
-        return remote_reward_client(self.cfg.reward)
-
-    def build_reward_model(self) -> Any:
-        """Scores samples the env could not verify (``.score(trajectories) -> list[float]``)."""
-        return reward_model_scorer(self.cfg, self.tokenizer)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 from agentrl.config import RunConfig, to_dict
@@ -26,14 +27,16 @@ from agentrl.rollout.build import make_executor, sampling_params
 from agentrl.rollout.engines.hf import HFEngine
 from agentrl.rollout.env_pool import clone_env, failure_info
 from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
+from agentrl.tracking import heartbeat
 from agentrl.training.supervised import train_sft
 from agentrl.types import Task
 
 
 def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv, dev_env: TextEnv,
-               log: Any = print, cached_only: bool = False) -> dict[str, float] | None:
+               log: Any = print, cached_only: bool = False, max_seconds: float = 0.0) -> dict[str, float] | None:
     """Supervised warm start on the env's reference answers (multi-turn: its reference policy's
-    episodes), cached by content hash. With ``cached_only`` a warm start not in the cache is not run (None)."""
+    episodes), cached by content hash. With ``cached_only`` a warm start not in the cache is not run (None).
+    ``max_seconds`` (0: none; the run budget's share) stops its training early; one so cut is not cached."""
     from safetensors.torch import load_file, save_file
 
     ws = cfg.model.warm_start
@@ -50,6 +53,7 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
     if cached_only:
         log("warm start: none cached for this config (agentrl train makes it; --warm-start here)")
         return None
+    began = time.monotonic()
     train_tasks = fixed_tasks(env, ws.examples, cfg.data.seed + 1)
     engine = HFEngine(model, tokenizer)
     examples = reference_examples(cfg, env, engine, tokenizer, train_tasks, log)
@@ -64,10 +68,13 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
     result = train_sft(model, examples, tokenizer.pad_token_id, lr=ws.lr, batch_size=ws.batch_size,
                        max_steps=ws.max_steps, eval_every=ws.eval_every, patience=ws.patience,
                        target_accuracy=ws.target_accuracy, min_accuracy=ws.min_accuracy, seed=cfg.data.seed,
-                       dev_accuracy=lambda: evaluate(dev_exec, dev_tasks, sampling_params(cfg, True))["accuracy"],
-                       log=log)
+                       dev_accuracy=lambda: dev_evaluation(dev_exec, dev_tasks, cfg, log),
+                       log=log, max_seconds=max_seconds and max(1e-3, max_seconds - (time.monotonic() - began)))
     summary = {"steps": result.steps, "dev_accuracy": result.best_dev_accuracy, "seconds": result.seconds}
-    if ws.cache:
+    if result.out_of_time:
+        log(f"warm start: stopped by the run budget after {result.seconds:.0f} s (run.max_seconds x "
+            f"run.warm_start_share); not cached, so a run with more time trains it further")
+    elif ws.cache:
         tmp = cache_tmp(cached)
         tmp.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in model.state_dict().items()
@@ -81,6 +88,12 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
             f"{len(result.history)} evaluations (the model does not learn the reference answers in this budget); "
             f"RL starts from these weights (model.warm_start.enabled=false skips the warm start)")
     return summary
+
+
+def dev_evaluation(executor: Any, tasks: list[Task], cfg: RunConfig, log: Any = print) -> float:
+    """Greedy accuracy on the dev ``tasks``, saying where it is every ``HEARTBEAT_S`` when that takes long."""
+    with heartbeat(f"warm start: evaluating {len(tasks)} dev tasks", getattr(executor, "progress", None), log):
+        return evaluate(executor, tasks, sampling_params(cfg, True))["accuracy"]
 
 
 def multi_turn_key(cfg: RunConfig, env: TextEnv) -> list[Any]:
@@ -107,7 +120,8 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
         rest = tasks[check:]
         pairs = one_turn_pairs(cfg, env, tokenizer, tasks[:check], episodes) if rest else None
         if pairs is None:  # the reference policy needs playing: every episode is
-            episodes += executor.run_scripted(rest, lambda e: e.reference_action(), first_group=check)
+            with heartbeat(f"warm start: playing {len(rest)} more reference episodes", None, log):
+                episodes += executor.run_scripted(rest, lambda e: e.reference_action(), first_group=check)
         kept = [t for t in episodes if not t.info.get("failed")]
         turns = sum(t.info.get("turns", 0) for t in kept) / len(kept)
         log(f"warm start: {len(kept)} reference episodes ({turns:.1f} turns on average, mean return "
@@ -208,7 +222,8 @@ def warm_start_decision(cfg: RunConfig, env: TextEnv, tokenizer: Any = None) -> 
 
 
 def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv,
-                     make_dev_env: Any, log: Any = print, cached_only: bool = False) -> dict[str, float] | None:
+                     make_dev_env: Any, log: Any = print, cached_only: bool = False,
+                     max_seconds: float = 0.0) -> dict[str, float] | None:
     """The warm start if :func:`warm_start_decision` says so (else a one-line note and None); with
     ``cached_only``, only when it is in the cache.
 
@@ -225,4 +240,5 @@ def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str
         log(f"warm start: env.dev_kwargs={cfg.env.dev_kwargs} gives no dev env ({e}); "
             f"dev tasks are held out of the training tasks")
         dev_env = env
-    return warm_start(cfg, model, tokenizer, model_path, env, dev_env, log=log, cached_only=cached_only)
+    return warm_start(cfg, model, tokenizer, model_path, env, dev_env, log=log, cached_only=cached_only,
+                      max_seconds=max_seconds)

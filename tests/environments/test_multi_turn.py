@@ -302,3 +302,35 @@ def test_stragglers_are_gathered_for_the_engine(tok: Any) -> None:
     # was 9 (one call per straggler); gathered, the calls at most halve the stepping ones: 8, 4, 2, 1, 1
     assert len(engine.calls) <= 5, [len(c) for c in engine.calls]
     assert all(t.terminated and t.reward == 1.0 and len(t.info["responses"]) == 2 for t in trajs)
+
+
+def test_a_run_says_how_far_it_is_while_it_runs(tok: Any) -> None:
+    """Issue 46, finding 3 (evaluations printed nothing for ~12 minutes): a heartbeat reads the run's
+    progress from its own thread, the episodes ended out of all, never going back; a short block says nothing."""
+    from agentrl.rollout.env_pool import EnvPool
+    from agentrl.tracking import heartbeat
+
+    class Numbered(StaggeredEnv):
+        made = 0
+
+        def __deepcopy__(self, memo: dict[int, Any]) -> Numbered:
+            copy = Numbered()
+            copy.delay, Numbered.made = Numbered.made, Numbered.made + 1
+            return copy
+
+    env = Numbered()
+    ex = MultiTurnExecutor(env, ScriptedEngine(tok, lambda k, p: CALL), tok, SamplingParams(max_new_tokens=64),
+                           n_samples=8, pool=EnvPool(8))
+    assert ex.progress() == (0, 0)
+    lines: list[str] = []
+    with heartbeat("evaluating 1 held-out task", ex.progress, lines.append, every=0.02):
+        ex.run([env.sample_task(None)])  # the last env answers after 0.42 s
+    assert ex.progress() == (8, 8) and lines, lines
+    assert all(ln.startswith("evaluating 1 held-out task: ") and ln.endswith(" s") for ln in lines)
+    counted = [ln for ln in lines if "/8 episodes, " in ln]  # before its episodes have started: seconds only
+    counts = [int(ln.split(": ")[1].split("/")[0]) for ln in counted]
+    assert counted and counts == sorted(counts) and counts[-1] <= 8, lines
+    quiet: list[str] = []
+    with heartbeat("quick", ex.progress, quiet.append, every=5.0):
+        pass
+    assert quiet == []

@@ -70,7 +70,13 @@ class BlackBoxExecutor:
         jobs = [(task, group_offset + i) for i, task in enumerate(tasks) for _ in range(n)]
         workers = max(1, int(getattr(self.env, "concurrency", 8)))
         with ThreadPoolExecutor(workers, thread_name_prefix="agentrl-agent") as pool:
-            return list(pool.map(lambda job: self._episode(server, *job), jobs))
+            self._futures = [pool.submit(self._episode, server, *job) for job in jobs]
+            return [f.result() for f in self._futures]
+
+    def progress(self) -> tuple[int, int]:
+        """(episodes ended, episodes) of the run in progress (read from another thread: a heartbeat's)."""
+        futures = list(getattr(self, "_futures", []))
+        return sum(f.done() for f in futures), len(futures)
 
     def _episode(self, server: Any, task: Task, group_id: int) -> Trajectory:
         eid, base_url = server.new_episode()

@@ -155,6 +155,7 @@ class MultiTurnExecutor:
         self._script: Callable[[TextEnv], str] | None = None  # run_scripted's policy while it runs
         self.keep_observations = False  # True: info["prompt"] (the env's) and info["observations"] (every feedback)
         self.gather = 1.0  # episodes back from their env wait for the engine until they are this many times those stepping
+        self.running: list[Episode] = []  # the episodes of the current run (its progress)
         if chat_template and getattr(tokenizer, "chat_template", None):
             try:
                 self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
@@ -182,7 +183,8 @@ class MultiTurnExecutor:
         n = self.n_samples if n_samples is None else n_samples
         params = params or self.params
         budget = self.max_total_tokens or params.max_new_tokens * self.max_turns  # default: actions only
-        episodes = [self._start(task, group_offset + i) for i, task in enumerate(tasks) for _ in range(n)]
+        self.running = episodes = [self._start(task, group_offset + i) for i, task in enumerate(tasks)
+                                   for _ in range(n)]
         ready = [e for e in episodes if not e.done]  # waiting for the engine
         stepping: dict[Pending, tuple[Episode, list[int]]] = {}  # waiting for their env
         while ready or stepping:
@@ -198,6 +200,11 @@ class MultiTurnExecutor:
                 if not e.done:
                     ready.append(e)
         return [self._trajectory(e) for e in episodes]
+
+    def progress(self) -> tuple[int, int]:
+        """(episodes ended, episodes) of the run in progress (read from another thread: a heartbeat's)."""
+        episodes = list(self.running)
+        return sum(e.done for e in episodes), len(episodes)
 
     def _engine_turn(self, ready: int, stepping: int) -> bool:
         """Whether the ``ready`` episodes go to the engine now, with ``stepping`` still waiting for their env:
