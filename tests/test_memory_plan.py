@@ -70,7 +70,7 @@ def test_the_planned_call_is_the_learners_largest(overrides, tiny_arith):
 
 
 def test_the_gpu_recipe_plan_holds_its_figures():
-    """gsm8k_grpo.yaml on one 80 GiB GPU (the README's table): vLLM takes half, the update fits in the rest."""
+    """gsm8k_grpo.yaml on one 80 GiB GPU (docs/gpu.md's table): vLLM takes half, the update fits in the rest."""
     cfg = load_config(ROOT / "examples/configs/gsm8k_grpo.yaml")
     plan = make_plan(cfg, qwen_shape(), prompt=256, response=1024, gpu_bytes=80 * GIB)
     assert plan.device == "GPU"

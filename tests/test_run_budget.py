@@ -139,3 +139,29 @@ def test_evaluations_say_where_they_are(tmp_path: Path, capsys, monkeypatch) -> 
     Trainer(cfg, run_dir=tmp_path).fit()
     beats = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("evaluating 8 held-out tasks: ")]
     assert beats and all(ln.endswith(" s") for ln in beats), beats
+
+
+def test_a_small_task_folder_keeps_its_tasks_for_the_warm_start(capsys) -> None:
+    """Issue 46, finding 2: a warm start on eleven Harbor tasks held a few out as dev tasks a model that learns
+    its training tasks can only fail, then said the model does not learn. Fewer than MIN_HELD_OUT_DEV tasks
+    to hold out: dev accuracy is measured on the training tasks and the run says so; enough: held out."""
+    from agentrl.env import fixed_tasks
+    from agentrl.training.warm_start import MIN_HELD_OUT_DEV, held_out_dev_tasks
+    from agentrl.types import Task
+
+    class Folder:
+        def __init__(self, n: int) -> None:
+            self.tasks = [Task(id=f"t{i}", prompt=f"task {i}", answer="") for i in range(n)]
+
+    eleven = Folder(11)
+    train = fixed_tasks(eleven, 8, 1)
+    lines: list[str] = []
+    dev = held_out_dev_tasks(eleven, train, 200, 2, lines.append)
+    assert dev == train and len(lines) == 1 and "3 task(s) besides the 8" in lines[0] and "training tasks" in lines[0]
+    assert held_out_dev_tasks(eleven, fixed_tasks(eleven, 500, 1), 200, 2, lines.append) == eleven.tasks
+    big = Folder(100)
+    train = fixed_tasks(big, 50, 1)
+    dev = held_out_dev_tasks(big, train, 30, 2, lines.append)
+    assert len(dev) == 30 >= MIN_HELD_OUT_DEV and not {t.id for t in dev} & {t.id for t in train} and len(lines) == 2
+    few = held_out_dev_tasks(big, train, 5, 2, lines.append)  # asked for 5 dev tasks: 5 held out are enough
+    assert len(few) == 5 and not {t.id for t in few} & {t.id for t in train}

@@ -60,11 +60,8 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
     dev_exec = (make_executor(cfg, dev_env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1  # as RL runs it
                 else SingleTurnExecutor(dev_env, engine, tokenizer, sampling_params(cfg, True),
                                         chat_template=cfg.rollout.chat_template))
-    dev_tasks = fixed_tasks(dev_env, ws.eval_tasks, cfg.data.seed + 2)
-    if held_out:
-        seen = {t.id for t in train_tasks}
-        dev_tasks = [t for t in fixed_tasks(env, ws.eval_tasks + ws.examples, cfg.data.seed + 2)
-                     if t.id not in seen][:ws.eval_tasks] or dev_tasks
+    dev_tasks = (held_out_dev_tasks(env, train_tasks, ws.eval_tasks, cfg.data.seed + 2, log) if held_out
+                 else fixed_tasks(dev_env, ws.eval_tasks, cfg.data.seed + 2))
     result = train_sft(model, examples, tokenizer.pad_token_id, lr=ws.lr, batch_size=ws.batch_size,
                        max_steps=ws.max_steps, eval_every=ws.eval_every, patience=ws.patience,
                        target_accuracy=ws.target_accuracy, min_accuracy=ws.min_accuracy, seed=cfg.data.seed,
@@ -88,6 +85,23 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
             f"{len(result.history)} evaluations (the model does not learn the reference answers in this budget); "
             f"RL starts from these weights (model.warm_start.enabled=false skips the warm start)")
     return summary
+
+
+MIN_HELD_OUT_DEV = 20
+"""Fewer tasks than this held out of the training tasks are no dev set: a model that learns its training
+tasks fails a handful of unseen ones by chance, and the warm start would stop, saying it does not learn."""
+
+
+def held_out_dev_tasks(env: TextEnv, train_tasks: list[Task], n: int, seed: int, log: Any = print) -> list[Task]:
+    """Dev tasks of an env without a dev split: up to ``n`` tasks held out of ``train_tasks``; with fewer than
+    ``MIN_HELD_OUT_DEV`` to hold out (a folder of eleven Harbor tasks), the training tasks, said in one line."""
+    seen = {t.id for t in train_tasks}
+    rest = [t for t in fixed_tasks(env, n + len(train_tasks), seed) if t.id not in seen][:n]
+    if len(rest) >= min(n, MIN_HELD_OUT_DEV):
+        return rest
+    log(f"warm start: {len(rest)} task(s) besides the {len(train_tasks)} it learns from are too few to hold out; "
+        f"dev accuracy is measured on training tasks (it shows the reference is learned, not that it generalises)")
+    return train_tasks[:n]
 
 
 def dev_evaluation(executor: Any, tasks: list[Task], cfg: RunConfig, log: Any = print) -> float:
