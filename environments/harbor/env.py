@@ -39,6 +39,25 @@ from sandbox.workspace.grading import Verdict, verify
 REFERENCE_DIR = "/tmp/solution"  # where the reference action writes the solution (the agent cannot create /solution)
 
 
+def find_in_folders(path: str) -> tuple[list[HarborTask], list[tuple[str, str]]]:
+    """The tasks (and problems) of every folder of the comma-separated ``path``, in its order; a task name
+    found twice is an :class:`EnvError` (task ids are names)."""
+    found: list[HarborTask] = []
+    problems: list[tuple[str, str]] = []
+    for folder in [p.strip() for p in path.split(",") if p.strip()] or [path]:
+        try:
+            tasks, bad = find_tasks(folder)
+        except TaskError as e:
+            raise EnvError(f"harbor:{path}: {e}") from None
+        seen = {t.name: t.path for t in found} | {name: folder for name, _ in problems}
+        for name in [t.name for t in tasks] + [n for n, _ in bad]:
+            if name in seen:
+                raise EnvError(f"harbor:{path}: two tasks are named {name!r} ({seen[name]} and {folder}); task "
+                               f"names are their ids: rename one directory")
+        found, problems = found + tasks, problems + bad
+    return sorted(found, key=lambda t: t.name), sorted(problems)
+
+
 def make_env(path: str, **kwargs: Any) -> HarborEnv:
     """The ``harbor:`` family's factory (``agentrl.make("harbor:PATH", **kwargs)``)."""
     return HarborEnv(path, **kwargs)
@@ -49,7 +68,8 @@ class HarborEnv(WorkspaceEnv):
 
     ``tasks`` keeps only the named tasks, ``limit`` the first ones (by name). ``{split}`` in ``path`` is
     replaced by ``split`` (``harbor:tasks/{split}``: train and test folders); a path without it has
-    the same tasks in every split. ``skip_invalid`` keeps going past tasks that cannot run (listed in
+    the same tasks in every split. Several folders train together, separated by commas
+    (``harbor:mine/{split},theirs/{split}``); a task name in two of them is refused in one line. ``skip_invalid`` keeps going past tasks that cannot run (listed in
     ``problems``) instead of refusing the folder in one line.
     """
 
@@ -64,10 +84,7 @@ class HarborEnv(WorkspaceEnv):
                          grade_cache=grade_cache, render_mode=render_mode)
         path = str(path).replace("{split}", split)
         self.path, self.allow_internet = path, allow_internet
-        try:
-            found, problems = find_tasks(path)
-        except TaskError as e:
-            raise EnvError(f"harbor:{path}: {e}") from None
+        found, problems = find_in_folders(path)
         found, problems = self._local_check(found, problems) if backend == "local" else (found, problems)
         if tasks is not None:
             unknown = sorted(set(tasks) - {t.name for t in found} - {n for n, _ in problems})

@@ -135,6 +135,24 @@ def test_task_filters_and_splits(tmp_path: Path) -> None:
         agentrl.make(f"harbor:{tmp_path}/train", backend="vm")
 
 
+def test_two_task_folders_train_together(tmp_path: Path) -> None:
+    """Issue 46, finding 9: no way to train on two task folders at once (a folder of symlinks worked).
+    ``harbor:A,B`` holds both, ``{split}`` in each; one task name in both is refused in one line."""
+    for folder, split, names in (("mine", "train", ["b", "c"]), ("mine", "test", ["t1"]),
+                                 ("theirs", "train", ["a"]), ("theirs", "test", ["t2"])):
+        for n in names:
+            make_task(tmp_path / folder / split, n)
+    both = f"harbor:{tmp_path}/mine/{{split}},{tmp_path}/theirs/{{split}}"
+    assert [t.id for t in agentrl.make(both).tasks] == ["a", "b", "c"]
+    assert [t.id for t in agentrl.make(both, split="test").tasks] == ["t1", "t2"]
+    assert [t.id for t in agentrl.make(both, limit=2).tasks] == ["a", "b"]  # the first by name, over both
+    make_task(tmp_path / "theirs" / "train", "c")
+    with pytest.raises(EnvError, match=r"two tasks are named 'c' \(.*mine/train/c and .*theirs/train\); task names"):
+        agentrl.make(both)
+    with pytest.raises(EnvError, match="nowhere: no such directory"):
+        agentrl.make(f"harbor:{tmp_path}/mine/train,{tmp_path}/nowhere")
+
+
 def test_write_task_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     make_task(tmp_path, "x")
     with pytest.raises(FileExistsError):
