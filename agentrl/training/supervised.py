@@ -108,6 +108,35 @@ class SFTResult:
     seconds: float
     history: list[tuple[int, float, float]]  # (step, train loss, dev accuracy)
     out_of_time: bool = False  # stopped by its max_seconds before max_steps or its dev accuracy stopped it
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train loss, seconds): LossCurve
+
+
+@dataclass
+class LossCurve:
+    """The training loss of a supervised run, bounded in size: every ``stride``-th step's (step, loss,
+    seconds since the start); when more than ``max_points`` are kept the stride doubles and the kept points
+    are thinned alike, so a run of any length keeps between ``max_points / 2`` and ``max_points`` (and its
+    last step, see :meth:`points`)."""
+
+    max_points: int = 1000
+    stride: int = 1
+    kept: list[tuple[int, float, float]] = field(default_factory=list)
+    last: tuple[int, float, float] | None = None
+
+    def add(self, step: int, loss: float, seconds: float) -> None:
+        """Step ``step``'s loss, ``seconds`` into the run (kept when the step is on the stride)."""
+        self.last = (step, loss, seconds)
+        if step % self.stride:
+            return
+        self.kept.append(self.last)
+        if len(self.kept) > self.max_points:
+            self.stride *= 2
+            self.kept = [p for p in self.kept if p[0] % self.stride == 0]
+
+    def points(self) -> list[tuple[int, float, float]]:
+        """The kept points, then the last step's when it was not kept."""
+        missing = self.last is not None and (not self.kept or self.kept[-1][0] != self.last[0])
+        return self.kept + [self.last] if missing else list(self.kept)
 
 
 @dataclass
@@ -245,7 +274,8 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
     restores) the weights of the best dev accuracy; the last weights are evaluated too when the last
     step was not an evaluation step. Between evaluations a line says where it is (step, loss, seconds)
     whenever ``heartbeat_s`` have passed without one (0: never), so a long warm start is never silent.
-    ``max_seconds`` (0: none) stops it between steps (``SFTResult.out_of_time``).
+    ``max_seconds`` (0: none) stops it between steps (``SFTResult.out_of_time``). The loss of every step
+    is kept in ``SFTResult.curve``, bounded (:class:`LossCurve`).
 
     ``pairs``: (prompt ids, response ids) pairs or Trajectories (loss on their action segments).
     """
@@ -254,12 +284,14 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
                         log_every=1, max_seconds=max_seconds)
     best = {"acc": -1.0, "state": None, "stale": 0}
     history: list[tuple[int, float, float]] = []
+    curve = LossCurve()
     last_loss = [float("nan")]
     started = said = time.monotonic()
 
     def on_log(step: int, metrics: dict[str, float]) -> None:
         nonlocal said
         last_loss[0] = metrics["loss"]
+        curve.add(step, metrics["loss"], time.monotonic() - started)
         if heartbeat_s and time.monotonic() - said >= heartbeat_s:
             said = time.monotonic()
             log(f"warm start step {step}/{max_steps}: loss {last_loss[0]:.3f} ({said - started:.0f} s)")
@@ -285,4 +317,4 @@ def train_sft(model: Any, pairs: Sequence[Any], pad_id: int, *, lr: float, batch
         on_eval(result.steps)  # the last weights are a candidate too (max_steps below eval_every: the only one)
     if best["state"] is not None:
         model.load_state_dict(best["state"])
-    return SFTResult(result.steps, best["acc"], last_loss[0], result.seconds, history, out_of_time)
+    return SFTResult(result.steps, best["acc"], last_loss[0], result.seconds, history, out_of_time, curve.points())

@@ -92,7 +92,7 @@ class Trainer(TrainerWiring):
                   f"evaluations come on top (run.max_seconds bounds the whole run)", flush=True)
         self.warm = maybe_warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
                                      lambda: make_env(cfg, cfg.env.dev_kwargs),
-                                     max_seconds=self.budget.warm_start_seconds())
+                                     max_seconds=self.budget.warm_start_seconds(), run_dir=self.run_dir)
         self.model = apply_lora(self.model, cfg.learner.lora)  # learner.lora.r > 0: adapters train, not the base
         self.reference = self.build_reference()
         self.critic = self.build_critic()

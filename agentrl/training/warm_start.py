@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from agentrl.config import RunConfig, to_dict
@@ -28,17 +31,18 @@ from agentrl.rollout.engines.hf import HFEngine
 from agentrl.rollout.env_pool import clone_env, failure_info
 from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
 from agentrl.tracking import heartbeat
-from agentrl.training.supervised import train_sft
+from agentrl.training.supervised import SFTResult, train_sft
 from agentrl.types import Task
 
 
 def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv, dev_env: TextEnv,
-               log: Any = print, cached_only: bool = False, max_seconds: float = 0.0) -> dict[str, float] | None:
+               log: Any = print, cached_only: bool = False, max_seconds: float = 0.0,
+               run_dir: str | Path | None = None) -> dict[str, float] | None:
     """Supervised warm start on the env's reference answers (multi-turn: its reference policy's
     episodes), cached by content hash. With ``cached_only`` a warm start not in the cache is not run (None).
-    ``max_seconds`` (0: none; the run budget's share) stops its training early; one so cut is not cached."""
-    from safetensors.torch import load_file, save_file
-
+    ``max_seconds`` (0: none; the run budget's share) stops its training early; one so cut is not cached.
+    With a ``run_dir`` its curve is written there as ``warm_start.jsonl`` (:func:`curve_rows`; kept beside the
+    cached weights, so a warm start loaded from the cache gives it too)."""
     ws = cfg.model.warm_start
     held_out = dev_env is env  # no dev split: dev tasks are held out of the training tasks
     settings = {k: v for k, v in to_dict(ws).items() if k != "enabled"}
@@ -47,9 +51,7 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
                                      *multi_turn_key(cfg, env)], sort_keys=True, default=str).encode()).hexdigest()[:16]
     cached = cache_dir() / "warmstart" / key
     if ws.cache and (cached / "model.safetensors").exists():
-        model.load_state_dict(load_file(str(cached / "model.safetensors")), strict=False)
-        log(f"warm start: loaded from cache {cached}")
-        return json.loads((cached / "result.json").read_text())
+        return load_cached(cached, model, run_dir, log)
     if cached_only:
         log("warm start: none cached for this config (agentrl train makes it; --warm-start here)")
         return None
@@ -68,23 +70,71 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
                        dev_accuracy=lambda: dev_evaluation(dev_exec, dev_tasks, cfg, log),
                        log=log, max_seconds=max_seconds and max(1e-3, max_seconds - (time.monotonic() - began)))
     summary = {"steps": result.steps, "dev_accuracy": result.best_dev_accuracy, "seconds": result.seconds}
+    curve = "".join(json.dumps(row) + "\n" for row in curve_rows(result))
+    if run_dir is not None:
+        write_curve(Path(run_dir), curve)
     if result.out_of_time:
         log(f"warm start: stopped by the run budget after {result.seconds:.0f} s (run.max_seconds x "
             f"run.warm_start_share); not cached, so a run with more time trains it further")
     elif ws.cache:
-        tmp = cache_tmp(cached)
-        tmp.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()
-                   if k != "lm_head.weight" or not model.config.tie_word_embeddings},
-                  str(tmp / "model.safetensors"))
-        (tmp / "result.json").write_text(json.dumps(summary))
-        publish(tmp, cached)
+        save_cached(cached, model, summary, curve)
     log(f"warm start: {result.steps} steps in {result.seconds:.0f} s, best dev accuracy {result.best_dev_accuracy:.3f}")
     if result.best_dev_accuracy < ws.min_accuracy:
         log(f"warm start: stopped early: no dev accuracy of model.warm_start.min_accuracy={ws.min_accuracy:g} in "
             f"{len(result.history)} evaluations (the model does not learn the reference answers in this budget); "
             f"RL starts from these weights (model.warm_start.enabled=false skips the warm start)")
     return summary
+
+
+def load_cached(cached: Path, model: Any, run_dir: str | Path | None, log: Any = print) -> dict[str, float]:
+    """The cached warm start ``cached`` loaded into ``model``; its curve copied to ``run_dir`` (when given)."""
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(str(cached / "model.safetensors")), strict=False)
+    log(f"warm start: loaded from cache {cached}")
+    if run_dir is not None and (cached / CURVE_FILE).is_file():
+        write_curve(Path(run_dir), (cached / CURVE_FILE).read_text(encoding="utf-8"))
+    elif run_dir is not None:
+        log(f"warm start: this cache entry was made before warm starts kept their curve: no {CURVE_FILE}")
+    return json.loads((cached / "result.json").read_text())
+
+
+def save_cached(cached: Path, model: Any, summary: dict[str, float], curve: str) -> None:
+    """Publish the weights of ``model``, its ``summary`` and its ``curve`` (JSON lines) as cache entry ``cached``."""
+    from safetensors.torch import save_file
+
+    tmp = cache_tmp(cached)
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()
+               if k != "lm_head.weight" or not model.config.tie_word_embeddings},
+              str(tmp / "model.safetensors"))
+    (tmp / "result.json").write_text(json.dumps(summary))
+    (tmp / CURVE_FILE).write_text(curve, encoding="utf-8")
+    publish(tmp, cached)
+
+
+CURVE_FILE = "warm_start.jsonl"
+"""The warm start's curve in a run directory (and beside its cached weights); ``agentrl view`` draws it."""
+
+
+def curve_rows(result: SFTResult) -> list[dict[str, float]]:
+    """The curve of a warm start, a row per kept step (``SFTResult.curve``, bounded) and per evaluation, by step:
+    ``step``, ``loss`` (train), ``seconds`` (since its training began) and, where evaluated, ``dev_accuracy``.
+    A NaN loss is written as null."""
+    rows: dict[int, dict[str, Any]] = {s: {"step": s, "loss": loss, "seconds": round(sec, 3)}
+                                       for s, loss, sec in result.curve}
+    for s, loss, acc in result.history:
+        rows.setdefault(s, {"step": s, "loss": loss})["dev_accuracy"] = acc
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rows[s].items()}
+            for s in sorted(rows)]
+
+
+def write_curve(run_dir: Path, text: str) -> None:
+    """Write the curve's JSON lines ``text`` to ``run_dir/warm_start.jsonl`` in one rename (a viewer never
+    reads half of it)."""
+    tmp = run_dir / f".{CURVE_FILE}.tmp{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, run_dir / CURVE_FILE)
 
 
 MIN_HELD_OUT_DEV = 20
@@ -237,12 +287,19 @@ def warm_start_decision(cfg: RunConfig, env: TextEnv, tokenizer: Any = None) -> 
 
 def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env: TextEnv,
                      make_dev_env: Any, log: Any = print, cached_only: bool = False,
-                     max_seconds: float = 0.0) -> dict[str, float] | None:
+                     max_seconds: float = 0.0, run_dir: str | Path | None = None) -> dict[str, float] | None:
     """The warm start if :func:`warm_start_decision` says so (else a one-line note and None); with
-    ``cached_only``, only when it is in the cache.
+    ``cached_only``, only when it is in the cache; its curve goes to ``run_dir`` when given (:func:`warm_start`).
 
     ``make_dev_env()`` builds the dev env; when it raises (the env has no dev split) the dev tasks
-    are held out of the training tasks instead."""
+    are held out of the training tasks instead. An env whose episodes run on env servers (``env.remote``)
+    warm-starts on its local twin, the ``env.id`` the run builds for its tasks: a server's protocol carries
+    no reference policy, and the reference episodes play here."""
+    local = getattr(env, "local", None) if getattr(env, "remote_episodes", False) else None
+    if local is not None and has_reference_policy(local) and not has_reference_policy(env):
+        log(f"warm start: the env's episodes run on env servers, whose protocol has no reference policy; "
+            f"its reference episodes play here, on {cfg.env.id} built locally")
+        env = local
     run, why = warm_start_decision(cfg, env, tokenizer)
     if not run:
         log(f"warm start: off ({why})")
@@ -255,4 +312,4 @@ def maybe_warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str
             f"dev tasks are held out of the training tasks")
         dev_env = env
     return warm_start(cfg, model, tokenizer, model_path, env, dev_env, log=log, cached_only=cached_only,
-                      max_seconds=max_seconds)
+                      max_seconds=max_seconds, run_dir=run_dir)

@@ -3,7 +3,7 @@
 Serving binds ``--host`` (127.0.0.1) and ``--port`` (8765; 0 picks a free one), refuses a busy port
 in one line, prints the URL once it listens and serves until Ctrl-C. ``--export`` writes the same
 page as one self-contained HTML file (its scripts, style and every run's metrics, episodes, eval
-reports and doctor report inlined; no server, no network) and exits.
+reports, doctor report and warm-start curve inlined; no server, no network) and exits.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def load_runs(paths: list[str | Path]) -> list[RunData]:
 
 def export_data(runs: list[RunData]) -> dict[str, Any]:
     """Everything the page shows, for the exported file: summaries, metrics, episode summaries and
-    records, eval reports with theirs, doctor reports."""
-    out: dict[str, Any] = {"runs": [], "metrics": [], "episodes": [], "records": [], "evals": [], "doctors": []}
+    records, eval reports with theirs, doctor reports, warm-start curves."""
+    out: dict[str, Any] = {"runs": [], "metrics": [], "episodes": [], "records": [], "evals": [], "doctors": [],
+                           "warm_starts": []}
     for r in runs:
         evals = r.evals()
         for k, ev in enumerate(evals):
@@ -42,6 +43,7 @@ def export_data(runs: list[RunData]) -> dict[str, Any]:
         out["records"].append([r.record(i) for i in range(len(r.episodes))])
         out["evals"].append(evals)
         out["doctors"].append(r.doctor())
+        out["warm_starts"].append(r.warm_start())
     return out
 
 

@@ -1,7 +1,8 @@
 """What ``agentrl view`` reads from a run directory, kept up to date while the run writes it.
 
 A run directory holds ``metrics.jsonl`` (a row per step and per evaluation), ``samples.jsonl``
-(episode records), ``config.yaml`` and ``doctor.json`` as ``agentrl train`` writes them, and ``eval.json``
+(episode records), ``config.yaml``, ``doctor.json`` and ``warm_start.jsonl`` (the curve of its supervised warm
+start, agentrl/viewer/warm_start.py) as ``agentrl train`` writes them, and ``eval.json``
 reports (``agentrl eval --out``) in the directory itself or one level below it; a directory holding
 only ``doctor.json`` (``agentrl doctor --out``) is one too. :class:`RunData` reads the
 lines appended since its last :meth:`RunData.refresh` (a file that was replaced or shrank, as a
@@ -21,8 +22,9 @@ from typing import Any
 
 from agentrl.episodes import EpisodeFormatError, EpisodeRecord, read_eval
 from agentrl.viewer.doctor import doctor_stamp, read_doctor
+from agentrl.viewer.warm_start import WARM_START_FILE, read_warm_start, warm_start_stamp
 
-RUN_FILES = ("metrics.jsonl", "samples.jsonl", "eval.json", "config.yaml", "doctor.json")
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "eval.json", "config.yaml", "doctor.json", WARM_START_FILE)
 """A directory holding one of these (``eval.json`` also one level down) is something to view."""
 
 
@@ -209,6 +211,14 @@ class RunData:
     def doctor_stamp(self) -> str | None:
         """Changes when ``doctor.json`` is written (None without one)."""
         return doctor_stamp(self.path)
+
+    def warm_start(self) -> dict[str, Any]:
+        """The curve of the run's warm start: ``{"rows", "error"}`` (no rows without one; agentrl/viewer/warm_start.py)."""
+        return read_warm_start(self.path)
+
+    def warm_start_stamp(self) -> str | None:
+        """Changes when ``warm_start.jsonl`` is written (None without one)."""
+        return warm_start_stamp(self.path)
 
     def eval_stamp(self) -> list[float]:
         """The modification times of the eval reports (changes when one is written)."""

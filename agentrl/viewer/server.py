@@ -16,8 +16,11 @@ refused (421), so a web page elsewhere cannot read the runs through DNS rebindin
 - ``GET /api/runs/{r}/evals/{k}/episodes/{i}`` — one episode record of eval report k;
 - ``GET /api/runs/{r}/doctor`` — the run's ``doctor.json``: ``{"state": "ok", "report": {...}}``, ``{"state":
   "error", "error": "one line"}`` (malformed) or ``{"state": "missing"}`` (agentrl/viewer/doctor.py);
-- ``GET /api/poll`` — per run: rows, episodes, generation, eval report times and a stamp of
-  ``doctor.json`` (reads new lines).
+- ``GET /api/runs/{r}/warm_start`` — the curve of the run's warm start (``warm_start.jsonl``): ``{"rows":
+  [{"step", "loss", "seconds", "dev_accuracy"?}], "error": null | "one line"}``, no rows without one
+  (agentrl/viewer/warm_start.py);
+- ``GET /api/poll`` — per run: rows, episodes, generation, eval report times and stamps of
+  ``doctor.json`` and ``warm_start.jsonl`` (reads new lines).
 """
 
 from __future__ import annotations
@@ -131,7 +134,8 @@ def create_app(runs: list[RunData], token: str | None = None, host: str = "127.0
         for r in runs:
             r.refresh()
         return {"runs": [{"metrics": len(r.metrics), "episodes": len(r.episodes), "generation": r.generation,
-                          "evals": r.eval_stamp(), "doctor": r.doctor_stamp()} for r in runs]}
+                          "evals": r.eval_stamp(), "doctor": r.doctor_stamp(),
+                          "warm_start": r.warm_start_stamp()} for r in runs]}
 
     @app.get("/api/runs/{r}/metrics", dependencies=[Depends(check_token)])
     def metrics(r: int, since: int = Query(0, ge=0)) -> dict[str, Any]:
@@ -157,6 +161,10 @@ def create_app(runs: list[RunData], token: str | None = None, host: str = "127.0
     @app.get("/api/runs/{r}/doctor", dependencies=[Depends(check_token)])
     def doctor(r: int) -> dict[str, Any]:
         return run(r).doctor()
+
+    @app.get("/api/runs/{r}/warm_start", dependencies=[Depends(check_token)])
+    def warm_start(r: int) -> dict[str, Any]:
+        return run(r).warm_start()
 
     @app.get("/api/runs/{r}/evals/{k}/episodes/{i}", dependencies=[Depends(check_token)])
     def eval_episode(r: int, k: int, i: int) -> dict[str, Any]:

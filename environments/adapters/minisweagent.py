@@ -18,6 +18,12 @@ trajectory (the agent's observations masked as feedback). When the agent stops, 
 sealed and the task's own grader (the inner env's: the Harbor verifier in a fresh workspace) gives
 the reward; a grader that cannot run fails the episode (it leaves the loss). Tasks, splits and
 held-out data are the inner env's (its ``split`` keyword).
+
+The episode's record is the other workspace envs' (:mod:`environments.workspace_env`): the agent program's
+result holds ``trajectory_info`` with ``commands`` and ``outputs`` (each command the agent ran in the workspace
+and its output, in order), ``diff`` (the final tree against the built one), ``verifier`` (reward, named
+rewards, output, error, the names its directory held) and ``ended_by`` (mini-swe-agent's exit status), the
+keys the executor merges into the trajectory's info, so that ``samples.jsonl`` and ``agentrl view`` show them.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import numpy as np
 
 from agentrl.env import EnvError, TextEnv, make
 from agentrl.types import RewardResult, Task
-from sandbox.workspace import Tree, Workspace, open_workspace
+from environments.workspace_env import MAX_RECORD_CHARS
+from sandbox.workspace import Tree, TreeTooLarge, Workspace, open_workspace
+from sandbox.workspace.grading import Verdict
 
 MODEL_NAME = "openai/agentrl-policy"  # litellm's OpenAI-compatible provider; the name is not checked
 SUBMIT_LINE = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -54,7 +62,8 @@ class WorkspaceEnvironment:
     workspace. ``task_dir`` is a Harbor task directory (the workspace is built from its
     ``environment/``); each action's ``command`` runs in the workspace's shell (``timeout`` seconds),
     and output whose first line is ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the agent's run, as
-    in mini-swe-agent's own environments. ``seal()`` ends every process and returns the tree to grade."""
+    in mini-swe-agent's own environments. ``seal()`` ends every process and returns the tree to grade.
+    ``commands`` and ``outputs`` record what ran and what it printed (each output cut to ``MAX_RECORD_CHARS``)."""
 
     def __init__(self, *, task_dir: str, backend: str = "local", timeout: int = 60, cwd: str = "",
                  env: dict[str, str] | None = None) -> None:
@@ -64,6 +73,9 @@ class WorkspaceEnvironment:
         self.task = next(iter(self.harbor.harbor.values()))
         self.config = _Config(task_dir=task_dir, backend=backend, timeout=timeout, cwd=cwd, env=dict(env or {}))
         self._ws: Workspace | None = None
+        self.commands: list[str] = []
+        self.outputs: list[str] = []
+        self.too_large = ""  # why the final tree was not graded (seal)
 
     @property
     def workspace(self) -> Workspace:
@@ -81,6 +93,8 @@ class WorkspaceEnvironment:
         where = cwd or self.config.cwd
         result = self.workspace.exec(f"cd {_quote(where)} && {command}" if where else command,
                                      timeout_s=float(timeout or self.config.timeout))
+        self.commands.append(command)
+        self.outputs.append(result.output[:MAX_RECORD_CHARS])
         output = {"output": result.output, "returncode": -1 if result.timed_out else result.exit_code,
                   "exception_info": (f"the command ran past its {result.timeout_s:g} s timeout and was killed"
                                      if result.timed_out else "")}
@@ -98,9 +112,22 @@ class WorkspaceEnvironment:
         return {"info": {"config": {"environment": self.config.model_dump(),
                                     "environment_type": f"{type(self).__module__}.{type(self).__name__}"}}}
 
-    def seal(self) -> Tree:
-        """End every process of the workspace; the final tree (the initial one if nothing ran)."""
-        return self.workspace.seal()
+    def seal(self) -> Tree | None:
+        """End every process of the workspace; the final tree (the initial one if nothing ran), or None for a
+        tree larger than the task's storage (the agent's doing: :meth:`record` says so, graded 0 as
+        :meth:`environments.workspace_env.WorkspaceEnv.finish` does)."""
+        try:
+            return self.workspace.seal()
+        except TreeTooLarge as e:
+            self.too_large = f"not graded: {e}"
+            return None
+
+    def record(self, diff: str, verdict: Verdict, ended_by: str) -> dict[str, Any]:
+        """The episode's record, with the keys and shapes of the other workspace envs' (the module docstring)."""
+        return {"commands": list(self.commands), "outputs": list(self.outputs), "diff": diff,
+                "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
+                             "error": verdict.error, "files": list(verdict.files)},
+                "ended_by": ended_by}
 
     def close(self) -> None:
         if self._ws is not None:
@@ -178,29 +205,37 @@ class MiniSweAgentEnv(TextEnv):
         return self.inner.sample_task(rng)
 
     def agent_program(self, base_url: str, task: Task) -> dict[str, Any]:
-        """One mini-swe-agent run on ``task`` against ``base_url``, then the grader on the final tree."""
+        """One mini-swe-agent run on ``task`` against the policy's endpoint ``base_url`` (:meth:`run_agent`)."""
         quiet_imports()
         import litellm
-        from minisweagent.agents.default import DefaultAgent
-        from minisweagent.environments import get_environment
         from minisweagent.models import get_model
 
         litellm.suppress_debug_info = True
-        t = self.inner.harbor_task(task)
         model_cfg = dict(self.config["model"])
         model_cfg["model_kwargs"] = {**model_cfg.get("model_kwargs", {}), "api_base": base_url, "api_key": "agentrl"}
+        return self.run_agent(get_model(config=model_cfg), task)
+
+    def run_agent(self, model: Any, task: Task) -> dict[str, Any]:
+        """mini-swe-agent's ``DefaultAgent`` with ``model`` (any mini-swe-agent model) on ``task`` in our
+        workspace, then the task's grader on the final tree: ``{"exit_status", "reward", "steps",
+        "trajectory_info"}`` (the record, see the module docstring). A grader that cannot run raises."""
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.environments import get_environment
+
+        t = self.inner.harbor_task(task)
         env = get_environment({**self.config["environment"], "task_dir": str(t.path), "backend": self.backend})
         try:
-            agent = DefaultAgent(get_model(config=model_cfg), env, **self.config["agent"])
+            agent = DefaultAgent(model, env, **self.config["agent"])
             outcome = agent.run(t.instruction.strip())
             tree = env.seal()
         finally:
             env.close()
-        verdict = self.inner.verify(t, tree)
+        verdict = Verdict(0.0, output=env.too_large) if tree is None else self.inner.verify(t, tree)
         if verdict.error:
             raise RuntimeError(f"the grader could not score the episode: {verdict.error}")
-        return {"exit_status": outcome.get("exit_status", ""), "reward": verdict.reward,
-                "steps": agent.n_calls, "verifier": verdict.output[-2000:]}
+        exit_status = outcome.get("exit_status", "")
+        return {"exit_status": exit_status, "reward": verdict.reward, "steps": agent.n_calls,
+                "trajectory_info": env.record("" if tree is None else tree.diff or "", verdict, exit_status)}
 
     def agent_reward(self, result: dict[str, Any], task: Task) -> float:
         return float(result["reward"])

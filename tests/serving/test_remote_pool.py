@@ -287,3 +287,23 @@ def subprocess_serve(port: str, kwargs: str):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_healthy(f"http://127.0.0.1:{port}", proc)
     return proc
+
+
+def test_a_remote_env_warm_starts_on_its_local_twin():
+    """Issue 46, finding 2: Terminal-v0 runs on env servers said "multi-turn env without a reference policy"
+    though the env has one (an env server's protocol carries none). The warm start now plays the reference
+    policy on the env.id the run builds locally, and says so."""
+    from agentrl.training.warm_start import maybe_warm_start
+
+    with serve_env("agentrl/CalculatorMath-v0") as (url, _):
+        cfg = load_config(None, ["env.id=agentrl/CalculatorMath-v0", f"env.remote=[{url}]",
+                                 "model.warm_start.enabled=true"])
+        env = make_env(cfg)
+        try:
+            lines: list[str] = []
+            got = maybe_warm_start(cfg, None, None, "tiny", env, lambda: env, log=lines.append, cached_only=True)
+            assert got is None and any("its reference episodes play here, on agentrl/CalculatorMath-v0" in ln
+                                       for ln in lines), lines
+            assert not any("without a reference policy" in ln for ln in lines)
+        finally:
+            env.close()

@@ -3,8 +3,9 @@ run on a multi-turn tool env, evaluated with ``agentrl eval``, served on 127.0.0
 written by hand. The page shows the curves of both runs; an episode with its tool calls and
 responses, its feedback masked and its actions trained (checked in the screenshots' pixels, not
 only in the DOM), its per-turn rewards; engine/learner mismatches; the same task side by side; the
-eval report; new steps of a run that resumes training while the page is open; and the exported
-file, opened from file:// with the network cut off, shows the same. The server is gone afterwards.
+eval report; new steps of a run that resumes training while the page is open; the warm start's
+curves before the RL ones (a hand-written run's); and the exported file, opened from file:// with the
+network cut off, shows the same. The server is gone afterwards.
 
 Screenshots go to the test's tmp directory, and to ``$AGENTRL_VIEW_SHOTS`` when it is set."""
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from viewkit import open_page, tokenizer, viewer, write_run
+from viewkit import open_page, tokenizer, viewer, write_run, write_warm_start
 
 from agentrl.cli import main
 from agentrl.episodes import read_samples
@@ -147,6 +148,39 @@ def test_axis_ticks_of_a_narrow_range_read_apart(runs: dict[str, Path], browser:
         assert len(set(labels)) == len(labels) >= 3 and all(label.startswith("7.512") for label in labels), labels
         assert page.evaluate("AR.tickLabels([0, 0.5, 1])") == ["0", "0.5", "1"]  # short labels stay short
         assert not errors, errors
+
+
+def test_the_warm_start_curves_come_before_the_rl_curves(tmp_path: Path, browser: Any) -> None:
+    """Issue 46, finding 8: no warm-start curves though the warm start is most of a short run's wall time.
+    A run with warm_start.jsonl shows its loss and dev accuracy, labelled as the warm start, before the RL
+    charts (drawn in the run's colour, a point per evaluation); a run without one (an old run) shows none
+    and nothing breaks; a curve written while the page is open appears on the next poll."""
+    tok = tokenizer()
+    warm, old = write_warm_start(write_run(tmp_path / "warm", tok)), write_run(tmp_path / "old", tok)
+    with viewer(str(old)) as v:
+        page, errors = open_page(browser, v.url)
+        assert page.locator('figure.chart[data-metric="reward/mean"]').count() == 1
+        assert page.locator("section.warm-start").count() == 0 and page.locator("h3.rl-head").count() == 0
+        write_warm_start(old, steps=4, every=2)  # its warm start ends while the page is open
+        page.wait_for_selector('figure.chart[data-metric="warm_start/loss"]', timeout=30_000)
+        assert errors == []
+    with viewer(str(warm), str(old)) as v:
+        page, errors = open_page(browser, v.url)
+        section = page.locator("section.warm-start")
+        assert "Warm start" in section.locator("h3").inner_text() and "before RL" in section.locator("h3").inner_text()
+        assert section.locator("ul.warm-notes li").nth(0).inner_text() == "warm: 30 steps, 15 s, best dev accuracy 1"
+        loss, acc = (section.locator(f'figure.chart[data-metric="warm_start/{k}"]') for k in ("loss", "dev_accuracy"))
+        assert loss.locator("path.line").count() == acc.locator("path.line").count() == 2  # both runs
+        assert loss.locator('path.line[data-run="0"]').get_attribute("d").count("L") == 29  # a point per step
+        assert acc.locator("circle").count() == 3 + 2  # a point per evaluation
+        assert loss.locator("text.axis").text_content() == "warm-start step"
+        order = page.evaluate("""() => [...document.querySelectorAll('#charts figure.chart')].map(f => f.dataset.metric)""")
+        assert order[:2] == ["warm_start/loss", "warm_start/dev_accuracy"] and "reward/mean" in order[2:]
+        assert page.locator("h3.rl-head").inner_text() == "RL"
+        chart = shot(page, tmp_path, "warm-start-loss", loss)  # drawn in each run's colour
+        assert near(chart, (37, 99, 235)) > 150 and near(chart, (220, 38, 38)) > 50
+        shot(page, tmp_path, "warm-start")
+        assert errors == []
 
 
 def test_the_page_shows_a_real_run(runs: dict[str, Path], browser: Any) -> None:

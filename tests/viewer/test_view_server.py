@@ -1,6 +1,6 @@
 """``agentrl view`` as a server and an exported file: the JSON API on a real uvicorn on 127.0.0.1, a
-run followed while it grows and when it is rewritten, the token, the Host check, one-line errors for
-a busy port and a directory without a run, and an export that needs no network.
+run followed while it grows and when it is rewritten, the warm-start curve, the token, the Host check,
+one-line errors for a busy port and a directory without a run, and an export that needs no network.
 (The page itself, in Chromium: test_view_browser.py.)"""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from viewkit import tokenizer, two_turn, viewer, write_run
+from viewkit import tokenizer, two_turn, viewer, write_run, write_warm_start
 
 from agentrl.cli import main
 from agentrl.episodes import append_records, episode_record
@@ -75,6 +75,31 @@ def test_api_serves_a_run_and_follows_it_live(tmp_path: Path, tok: Any) -> None:
         os.replace(tmp, run / "metrics.jsonl")
         poll = http.get("/api/poll").json()["runs"][0]
         assert (poll["metrics"], poll["generation"]) == (1, 1)
+
+
+def test_the_warm_start_curve_is_served_and_followed(tmp_path: Path, tok: Any) -> None:
+    """Issue 46, finding 8: the warm start's curve (warm_start.jsonl) through the API; a run without one (an
+    old run) has no rows; a curve written while the server runs is seen on the next poll; the export has it."""
+    warm = write_warm_start(write_run(tmp_path / "warm", tok))
+    old = write_run(tmp_path / "old", tok)
+    with viewer(str(warm), str(old)) as v, httpx.Client(base_url=v.url, timeout=30) as http:
+        got = http.get("/api/runs/0/warm_start").json()
+        assert got["error"] is None and [r["step"] for r in got["rows"]] == list(range(1, 31))
+        assert got["rows"][9] == {"step": 10, "loss": 0.2, "seconds": 5.0, "dev_accuracy": pytest.approx(1 / 3)}
+        assert [r["step"] for r in got["rows"] if "dev_accuracy" in r] == [10, 20, 30]
+        assert http.get("/api/runs/1/warm_start").json() == {"rows": [], "error": None}
+        assert http.get("/api/runs/2/warm_start").status_code == 404
+        stamps = [r["warm_start"] for r in http.get("/api/poll").json()["runs"]]
+        assert stamps[0] and stamps[1] is None
+        write_warm_start(old, steps=4, every=2)  # a run that was warm-starting when the page opened
+        assert http.get("/api/poll").json()["runs"][1]["warm_start"]
+        assert [r["step"] for r in http.get("/api/runs/1/warm_start").json()["rows"]] == [1, 2, 3, 4]
+    assert main(["view", str(tmp_path / "solo"), "--export", str(tmp_path / "x.html")]) == 2  # no such directory
+    write_warm_start(tmp_path / "solo")  # a directory holding only the curve is a run to view
+    assert main(["view", str(tmp_path / "solo"), "--export", str(tmp_path / "solo.html")]) == 0
+    html = (tmp_path / "solo.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script id="agentrl-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    assert len(data["warm_starts"][0]["rows"]) == 30
 
 
 def test_a_token_guards_everything_but_health(tmp_path: Path, tok: Any) -> None:

@@ -1,5 +1,5 @@
 """Helpers shared by the viewer tests (imported by name: this directory is on sys.path): a tokenizer
-and a two-turn trajectory built by hand, a run directory written with the real writers, and
+and a two-turn trajectory built by hand, a run directory (and a warm-start curve) written with the real writers, and
 ``agentrl view`` started as a real process on 127.0.0.1 and stopped with a check that it is gone."""
 
 from __future__ import annotations
@@ -78,6 +78,20 @@ def write_run(path: Path, tok: Any, steps: int = 3) -> Path:
                            .to_dict()]}
     (path / "eval").mkdir(exist_ok=True)
     (path / "eval" / "eval.json").write_text(report_json(report), encoding="utf-8")
+    return path
+
+
+def write_warm_start(path: Path, steps: int = 30, every: int = 10) -> Path:
+    """``warm_start.jsonl`` of a warm start of ``steps`` steps (loss 2/step, 0.5 s each) evaluated every
+    ``every`` (dev accuracy step/steps), written by the warm start's own writer."""
+    from agentrl.training.supervised import SFTResult
+    from agentrl.training.warm_start import curve_rows, write_curve
+
+    curve = [(s, 2.0 / s, 0.5 * s) for s in range(1, steps + 1)]
+    history = [(s, 2.0 / s, s / steps) for s in range(every, steps + 1, every)]
+    result = SFTResult(steps, history[-1][2], curve[-1][1], curve[-1][2], history, curve=curve)
+    path.mkdir(parents=True, exist_ok=True)
+    write_curve(path, "".join(json.dumps(row) + "\n" for row in curve_rows(result)))
     return path
 
 

@@ -84,6 +84,9 @@ class BlackBoxExecutor:
         try:
             result = self.env.agent_program(base_url, task)
             reward = float(self.env.agent_reward(result, task))
+            if isinstance(result, dict) and isinstance(result.get("trajectory_info"), dict):
+                result = dict(result)
+                info.update(result.pop("trajectory_info"))  # the env's record of the episode, as the other executors
             info["response"] = str(result)
         except Exception as e:  # an agent that crashes fails its episode, not the batch
             log.warning("agent episode on task %s failed: %r", task.id, e)

@@ -77,14 +77,43 @@
   function drawCharts(keys) {
     const charts = document.getElementById("charts");
     charts.innerHTML = "";
+    const warm = warmStartSection();
+    if (warm) charts.append(warm, Object.assign(document.createElement("h3"), { className: "rl-head", textContent: "RL" }));
     const rank = (k) => (OVERVIEW.includes(k) ? OVERVIEW.indexOf(k) : OVERVIEW.length);
     const chosen = keys.filter((k) => ui.chosen.has(k)).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
-    if (!chosen.length) charts.innerHTML = `<p class="muted">${keys.length ? "choose metrics on the left" : "no metrics yet (metrics.jsonl is empty)"}</p>`;
+    if (!chosen.length) charts.insertAdjacentHTML("beforeend", `<p class="muted">${keys.length ? "choose metrics on the left" : "no metrics yet (metrics.jsonl is empty)"}</p>`);
     for (const key of chosen) {
       const series = AR.store.metrics.map((rows, r) => ({ name: runName(r), color: AR.color(r), points: AR.points(rows, key) }))
         .filter((s) => s.points.length);
       charts.appendChild(AR.lineChart(key, series, ui.smoothing));
     }
+  }
+
+  // The supervised warm start before RL (warm_start.jsonl), for the runs that had one: a line per run (steps,
+  // seconds, best dev accuracy), then its train loss and dev accuracy by warm-start step; null when none had one.
+  function warmStartSection() {
+    const runs = AR.store.warmStarts.map((w, r) => ({ r, rows: (w && w.rows) || [], error: w && w.error }))
+      .filter((w) => w.rows.length || w.error);
+    if (!runs.length) return null;
+    const notes = runs.map(({ r, rows, error }) => {
+      const last = rows[rows.length - 1] || {};
+      const accs = rows.map((x) => x.dev_accuracy).filter((a) => typeof a === "number");
+      const said = rows.length ? [`${last.step} steps`, typeof last.seconds === "number" ? `${Math.round(last.seconds)} s` : "",
+        accs.length ? `best dev accuracy ${AR.fmt(Math.max(...accs))}` : ""].filter(Boolean).join(", ") : "";
+      return `<li><i class="dot" style="background:${AR.color(r)}"></i>${AR.esc(runName(r))}: ${AR.esc(said)}` +
+        `${error ? ` <span class="error">${AR.esc(error)}</span>` : ""}</li>`;
+    });
+    const section = document.createElement("section");
+    section.className = "warm-start";
+    section.innerHTML = `<h3>Warm start <span class="muted">supervised on the env's reference answers, before RL</span></h3>` +
+      `<ul class="warm-notes">${notes.join("")}</ul><div class="charts warm-charts"></div>`;
+    for (const key of ["loss", "dev_accuracy"]) {
+      const series = runs.map(({ r, rows }) => ({ name: runName(r), color: AR.color(r), points: AR.points(rows, key) }))
+        .filter((x) => x.points.length);
+      const smoothing = key === "loss" ? ui.smoothing : 0;
+      if (series.length) section.lastChild.appendChild(AR.lineChart(`warm_start/${key}`, series, smoothing, "warm-start step"));
+    }
+    return section;
   }
 
   // ------------------------------------------------------------------ episodes

@@ -62,8 +62,8 @@ function pathOf(points, sx, sy) {
   return d;
 }
 
-// A <figure> with one metric of several runs: series = [{name, color, points}].
-AR.lineChart = function (title, series, smoothing) {
+// A <figure> with one metric of several runs: series = [{name, color, points}]; xLabel names the x axis.
+AR.lineChart = function (title, series, smoothing, xLabel = "step") {
   const fig = document.createElement("figure");
   fig.className = "chart";
   fig.dataset.metric = title;
@@ -81,7 +81,7 @@ AR.lineChart = function (title, series, smoothing) {
   });
   const xt = x1 > x0 ? AR.niceTicks(x0, x1, 6).filter((t) => Number.isInteger(t)) : [x0];
   for (const t of xt) svg += `<text class="tick" x="${sx(t)}" y="${H - M.b + 16}" text-anchor="middle">${t}</text>`;
-  svg += `<text class="axis" x="${W - M.r}" y="${H - 2}" text-anchor="end">step</text>`;
+  svg += `<text class="axis" x="${W - M.r}" y="${H - 2}" text-anchor="end">${AR.esc(xLabel)}</text>`;
   series.forEach((s, i) => {
     const shown = AR.smooth(s.points, smoothing);
     if (smoothing) svg += `<path class="line raw" d="${pathOf(s.points, sx, sy)}" stroke="${s.color}"/>`;

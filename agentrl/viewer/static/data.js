@@ -7,8 +7,10 @@ AR.COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "
 AR.POLL_MS = 2000;
 
 // runs[r]: summary; metrics[r]: rows; episodes[r]: summaries; evals[r]: [{name, report, episodes}];
-// doctors[r]: {state: "ok" | "error" | "missing", report | error} (the run's doctor.json)
-AR.store = { runs: [], metrics: [], episodes: [], evals: [], doctors: [], generation: [], evalStamp: [], doctorStamp: [], exported: null };
+// doctors[r]: {state: "ok" | "error" | "missing", report | error} (the run's doctor.json);
+// warmStarts[r]: {rows: [{step, loss, seconds, dev_accuracy?}], error} (warm_start.jsonl; no rows without one)
+AR.store = { runs: [], metrics: [], episodes: [], evals: [], doctors: [], warmStarts: [], generation: [], evalStamp: [],
+  doctorStamp: [], warmStamp: [], exported: null };
 
 AR.esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 
@@ -38,12 +40,14 @@ AR.load = async function () {
     s.exported = d;
     Object.assign(s, { runs: d.runs, metrics: d.metrics, episodes: d.episodes, evals: d.evals });
     s.doctors = d.doctors || d.runs.map(() => ({ state: "missing" }));
+    s.warmStarts = d.warm_starts || d.runs.map(() => ({ rows: [], error: null }));
     return;
   }
   s.runs = await AR.get("api/runs");
   const polled = (await AR.get("api/poll")).runs;
   s.evalStamp = polled.map((x) => JSON.stringify(x.evals));
   s.doctorStamp = polled.map((x) => x.doctor ?? null);
+  s.warmStamp = polled.map((x) => x.warm_start ?? null);
   for (let r = 0; r < s.runs.length; r++) {
     s.metrics[r] = [];
     s.episodes[r] = [];
@@ -51,6 +55,7 @@ AR.load = async function () {
     await AR.fetchRun(r);
     await AR.fetchEvals(r);
     await AR.fetchDoctor(r);
+    await AR.fetchWarmStart(r);
   }
 };
 
@@ -76,6 +81,10 @@ AR.fetchEvals = async function (r) {
 
 AR.fetchDoctor = async function (r) {
   AR.store.doctors[r] = await AR.get(`api/runs/${r}/doctor`);
+};
+
+AR.fetchWarmStart = async function (r) {
+  AR.store.warmStarts[r] = await AR.get(`api/runs/${r}/warm_start`);
 };
 
 // One episode record: src "s" = samples.jsonl, "e<k>" = eval report k.
@@ -111,6 +120,11 @@ AR.poll = async function () {
     if ((now.doctor ?? null) !== s.doctorStamp[r]) {
       s.doctorStamp[r] = now.doctor ?? null;
       await AR.fetchDoctor(r);
+      changed = true;
+    }
+    if ((now.warm_start ?? null) !== s.warmStamp[r]) {
+      s.warmStamp[r] = now.warm_start ?? null;
+      await AR.fetchWarmStart(r);
       changed = true;
     }
   }
