@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sandbox.workspace import WorkspaceSpec, open_workspace  # noqa: E402
 from sandbox.workspace.grading import verify  # noqa: E402
-from sandbox.workspace.pool import WorkspacePool  # noqa: E402
+from sandbox.workspace.pool import GraderPool, WorkspacePool  # noqa: E402
 
 TEST_SH = ("#!/bin/bash\nmkdir -p /logs/verifier\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > "
            "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
@@ -76,17 +76,24 @@ def execs(backend: str, n: int) -> list[float]:
         return timed(lambda: ws.exec("true"), n)
 
 
-def grades(backend: str, n: int, tests: str) -> list[float]:
+def grades(backend: str, n: int, tests: str, ahead: bool = False) -> list[float]:
+    """Seal + verify, ``n`` times; ``ahead``: the grading workspace from a ``GraderPool`` (started while
+    the agent's episode ran), else started with the tree."""
     spec = WorkspaceSpec(name="bench-grade")
     out = []
-    for _ in range(n):
-        with open_workspace(spec, backend) as ws:
-            ws.exec("echo 42 > answer.txt")
-            t = time.perf_counter()
-            tree = ws.seal()
-        verdict = verify(spec, tree, tests, backend=backend, timeout_s=60)
-        out.append(time.perf_counter() - t)
-        assert verdict.reward == 1.0, verdict
+    graders = GraderPool(backend) if ahead else None
+    try:
+        for _ in range(n):
+            with open_workspace(spec, backend) as ws:
+                ws.exec("echo 42 > answer.txt")
+                t = time.perf_counter()
+                tree = ws.seal()
+            verdict = verify(spec, tree, tests, backend=backend, timeout_s=60, graders=graders)
+            out.append(time.perf_counter() - t)
+            assert verdict.reward == 1.0, verdict
+    finally:
+        if graders is not None:
+            graders.close()
     return out
 
 
@@ -153,6 +160,7 @@ def measure(b: str, args: argparse.Namespace, tests: str) -> list[tuple[str, str
         measured[f"grade, checkout {Path(args.grade_before).name} (A/B)"] = got["before"]
     else:
         measured["grade (seal + verify)"] = grades(b, args.grades, tests)
+    measured["grade, grader started ahead (GraderPool)"] = grades(b, args.grades, tests, ahead=True)
     if b == "docker":
         measured.update(plain_docker(args.starts))
     rows = [(b, name, len(xs), pct(xs, 0.5), pct(xs, 0.99)) for name, xs in measured.items()]

@@ -30,7 +30,9 @@ on for the generated suites, off by default for Harbor task folders).
 
 ``pool_size`` > 0 keeps that many started workspaces per task in a warm pool
 (:class:`sandbox.workspace.pool.WorkspacePool`, shared by the env's per-episode copies and closed
-with the env that made it), so an episode's first tool call does not wait for a build.
+with the env that made it), so an episode's first tool call does not wait for a build. ``grader_pool`` > 0
+keeps that many grading workspaces started ahead per kind (:class:`sandbox.workspace.pool.GraderPool`:
+bare, same limits and workdir; the sealed tree is restored into one), so a grade does not wait for a start.
 
 **The record.** Each step's ``info["calls"]`` lists that turn's calls (``name``, ``arguments``,
 ``result``, ``error``; the executors keep them as the trajectory's ``info["tool_calls"]``). The final
@@ -52,7 +54,7 @@ from environments.tools import ToolCallError, invoke, tools_text
 from environments.workspace_tools import WorkspaceSession, call_line, workspace_tools
 from sandbox.workspace import BACKENDS, Tree, TreeTooLarge, WorkspaceSpec
 from sandbox.workspace.grading import Verdict
-from sandbox.workspace.pool import WorkspacePool
+from sandbox.workspace.pool import GraderPool, WorkspacePool
 
 AGENT_PROMPT = (
     "You are an agent working in a Linux computer (bash, coreutils, grep, sed, awk, find, diff, patch, git and "
@@ -72,13 +74,14 @@ class WorkspaceEnv(TextEnv):
     def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
                  system_prompt: str | None = None, pool_size: int = 0, grade_cache: bool = False,
-                 render_mode: str | None = None) -> None:
+                 grader_pool: int = 0, render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if backend not in BACKENDS:
             raise EnvError(f"backend={backend!r}: unknown workspace backend; valid: {', '.join(BACKENDS)}")
-        if max_turns < 1 or max_calls_per_turn < 1 or command_timeout_s <= 0 or max_output_chars < 100 or pool_size < 0:
+        if (max_turns < 1 or max_calls_per_turn < 1 or command_timeout_s <= 0 or max_output_chars < 100
+                or pool_size < 0 or grader_pool < 0):
             raise EnvError("max_turns and max_calls_per_turn must be >= 1, command_timeout_s > 0, "
-                           "max_output_chars >= 100, pool_size >= 0")
+                           "max_output_chars >= 100, pool_size >= 0, grader_pool >= 0")
         try:
             self.parse = get_parser(tool_parser)
         except ValueError as e:
@@ -92,6 +95,8 @@ class WorkspaceEnv(TextEnv):
         self.turn = 0
         self.turn_calls: list[dict[str, Any]] = []  # this turn's calls, as info["calls"] lists them
         self.grades = GradeCache() if grade_cache else None  # shared by the copies (a deep copy is itself)
+        self.graders = GraderPool(backend, grader_pool) if grader_pool else None  # shared by the copies too
+        self._graders_owner = id(self)  # only the env that made it closes it (a copy's id differs)
 
     # ------------------------------------------------------------------ what a subclass gives
     def workspace_spec(self, task: Task) -> WorkspaceSpec:
@@ -203,6 +208,8 @@ class WorkspaceEnv(TextEnv):
 
     def close(self) -> None:
         self.session.shutdown()
+        if self.graders is not None and self._graders_owner == id(self):
+            self.graders.close()
 
     def audit_task(self, name_or_task: str | Task, attacks: list[str] | None = None, jobs: int = 1) -> dict[str, Any]:
         """Play known reward hacks (``attacks``: their names, default all) and a no-op agent on one task,

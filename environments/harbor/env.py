@@ -77,11 +77,12 @@ class HarborEnv(WorkspaceEnv):
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
                  allow_internet: bool = False, tasks: list[str] | None = None, split: str = "train",
                  limit: int | None = None, skip_invalid: bool = False, system_prompt: str | None = None,
-                 pool_size: int = 0, grade_cache: bool = False, render_mode: str | None = None) -> None:
+                 pool_size: int = 0, grade_cache: bool = False, grader_pool: int = 0,
+                 render_mode: str | None = None) -> None:
         super().__init__(backend=backend, max_turns=max_turns, tool_parser=tool_parser,
                          command_timeout_s=command_timeout_s, max_output_chars=max_output_chars,
                          max_calls_per_turn=max_calls_per_turn, system_prompt=system_prompt, pool_size=pool_size,
-                         grade_cache=grade_cache, render_mode=render_mode)
+                         grade_cache=grade_cache, grader_pool=grader_pool, render_mode=render_mode)
         path = str(path).replace("{split}", split)
         self.path, self.allow_internet = path, allow_internet
         found, problems = find_in_folders(path)
@@ -161,7 +162,7 @@ class HarborEnv(WorkspaceEnv):
         spec = self.spec_of(t)
         spec = spec.replace(env=spec.env + tuple(t.verifier_env.items()))
         return verify(spec, tree, str(t.tests_dir), backend=self.backend, timeout_s=t.verifier_timeout_s,
-                      reward_range=t.reward_range)
+                      reward_range=t.reward_range, graders=self.graders)
 
     def reference_answer(self, task: Task) -> str:
         """One action that does what the oracle does: write the solution's files (to ``/tmp/solution``,

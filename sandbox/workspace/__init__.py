@@ -25,14 +25,17 @@ __all__ = ["BACKENDS", "BuildError", "BuildStep", "CommandResult", "FileEntry", 
 BACKENDS = ("local", "docker")
 
 
-def open_workspace(spec: WorkspaceSpec, backend: str = "local", tree: Tree | None = None) -> Workspace:
-    """Start a workspace: built from ``spec``'s steps, or holding ``tree`` (a grader's fresh workspace)."""
+def open_workspace(spec: WorkspaceSpec, backend: str = "local", tree: Tree | None = None,
+                   bare: bool = False) -> Workspace:
+    """Start a workspace: built from ``spec``'s steps, or holding ``tree`` (a grader's fresh workspace), or
+    ``bare``: started with ``spec``'s limits and holding nothing until ``receive(tree)`` (a grader started
+    ahead: :class:`sandbox.workspace.pool.GraderPool`)."""
     if backend == "local":
         from .local import LocalWorkspace
 
-        return LocalWorkspace(spec, tree)
+        return LocalWorkspace(spec, tree, bare)
     if backend == "docker":
         from .docker import DockerWorkspace
 
-        return DockerWorkspace(spec, tree)
+        return DockerWorkspace(spec, tree, bare)
     raise ValueError(f"unknown workspace backend {backend!r}; valid: {', '.join(BACKENDS)}")

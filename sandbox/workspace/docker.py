@@ -97,7 +97,7 @@ class DockerWorkspace(RuntimeWorkspace):
 
     backend = "docker"
 
-    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None) -> None:
+    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None, bare: bool = False) -> None:
         global _reaped
         self.client = _client()
         self.container: Any = None
@@ -105,7 +105,7 @@ class DockerWorkspace(RuntimeWorkspace):
             _reaped = True
             reap_orphans(self.client)
         self.image = image_for(self.client, spec)
-        super().__init__(spec, tree)
+        super().__init__(spec, tree, bare)
 
     def _build(self) -> None:
         if self.spec.dockerfile is None:  # steps on the base image, as the local backend runs them

@@ -54,16 +54,23 @@ class Verdict:
 
 
 def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "local", timeout_s: float = 600.0,
-           reward_range: tuple[float, float] = DEFAULT_RANGE) -> Verdict:
-    """Grade ``tree`` with the tests in host directory ``tests_dir`` (see the module docstring)."""
+           reward_range: tuple[float, float] = DEFAULT_RANGE, graders: Any = None) -> Verdict:
+    """Grade ``tree`` with the tests in host directory ``tests_dir`` (see the module docstring). ``graders``
+    (a :class:`sandbox.workspace.pool.GraderPool`): the grading workspace is one started ahead, bare, that
+    receives the tree, instead of one started now with it."""
     from . import open_workspace
 
     start = time.monotonic()
     env = tuple((k, v) for k, v in spec.env if k not in dict(VERIFIER_ENV)) + VERIFIER_ENV
     roomy = spec.limits.replace(storage_mb=2 * spec.limits.storage_mb + 64)  # the tree may fill the agent's
+    grading = spec.replace(env=env, limits=roomy, name=f"{spec.name} (verifier)")
     try:
-        with open_workspace(spec.replace(env=env, limits=roomy, name=f"{spec.name} (verifier)"), backend,
-                            tree=tree) as ws:
+        if graders is None:
+            ws = open_workspace(grading, backend, tree=tree)
+        else:
+            ws = graders.acquire(grading)
+            ws.receive(tree, grading)  # closes it when the tree cannot be restored
+        with ws:
             ws.put_dir(tests_dir, "/tests")
             r = ws.grade(["/bin/bash", TEST_SH], timeout_s)
     except WorkspaceError as e:

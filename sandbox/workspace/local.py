@@ -35,11 +35,11 @@ class LocalWorkspace(RuntimeWorkspace):
 
     backend = "local"
 
-    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None) -> None:
+    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None, bare: bool = False) -> None:
         if os.geteuid() != 0 or not sys.platform.startswith("linux"):
             raise WorkspaceError("the local workspace backend needs root on Linux (namespaces and cgroups); "
                                  "use backend=docker")
-        super().__init__(spec, tree)
+        super().__init__(spec, tree, bare)
 
     def _launch(self) -> Any:
         return zygote().spawn()

@@ -5,6 +5,9 @@ frozen, hashable record: one Harbor task, one environment). ``acquire(spec)`` ha
 (checked alive: an idle one past its ``idle_s`` has ended) and starts its replacement in the
 background; with none ready it starts one now. The caller owns what it acquires and closes it.
 ``close()`` ends every workspace still waiting in the pool.
+
+``GraderPool`` does the same for grading: bare workspaces (started, holding nothing) that a grade fills
+with the sealed tree, so that grading does not wait for a start.
 """
 
 from __future__ import annotations
@@ -90,3 +93,100 @@ def _alive(ws: Workspace) -> bool:
         return True
     except WorkspaceError:
         return False
+
+
+def bare_kind(spec: WorkspaceSpec, backend: str) -> WorkspaceSpec:
+    """What a bare workspace of ``spec`` is started from: its limits and workdir (local), and its image
+    (Docker: the spec less its variables, which a tree's restore sets). Specs of one kind share bare ones."""
+    if backend == "local":
+        return WorkspaceSpec(workdir=spec.workdir, limits=spec.limits, name="grader")
+    return spec.replace(env=(), name="grader")
+
+
+class GraderPool:
+    """Grading workspaces started ahead (see :func:`sandbox.workspace.grading.verify`): up to ``size`` bare
+    ones (started, holding nothing) per kind (:func:`bare_kind`), at most ``max_idle`` in all (the least
+    recently used kind's go first). ``acquire(spec)`` hands out a ready one (or starts one now) and starts
+    its replacement in the background; the grade fills it with the sealed tree (``receive``), so that it
+    does not wait for a start. ``close()`` ends those still waiting; the caller closes what it acquired."""
+
+    def __init__(self, backend: str = "local", size: int = 1, max_idle: int = 8) -> None:
+        if size < 1 or max_idle < 1:
+            raise ValueError(f"a grader pool needs size >= 1 and max_idle >= 1, got {size}, {max_idle}")
+        self.backend, self.size, self.max_idle = backend, size, max_idle
+        self._ready: dict[WorkspaceSpec, deque[Future]] = {}  # insertion order: least recently used first
+        self._lock = threading.Lock()
+        self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-grader-pool")
+        self.closed = False
+        self.hits = self.misses = 0
+
+    def _start(self, kind: WorkspaceSpec) -> Workspace:
+        return open_workspace(kind, self.backend, bare=True)
+
+    def acquire(self, spec: WorkspaceSpec) -> Workspace:
+        """A bare workspace for grading ``spec`` (see the class docstring)."""
+        if self.closed:
+            raise WorkspaceError("the grader pool is closed")
+        kind = bare_kind(spec, self.backend)
+        ws = None
+        while ws is None:
+            with self._lock:
+                queue = self._ready.pop(kind, deque())
+                fut = queue.popleft() if queue else None
+                self._ready[kind] = queue  # now the most recently used kind
+            if fut is None:
+                self.misses += 1
+                ws = self._start(kind)
+                break
+            try:
+                got = fut.result()
+            except WorkspaceError as e:  # a start that failed in the background: the next one, or now
+                log.warning("a grading workspace failed to start ahead: %s", e)
+                continue
+            if _alive(got):
+                self.hits += 1
+                ws = got
+            else:
+                got.close()
+        self._refill(kind)
+        return ws
+
+    def _refill(self, kind: WorkspaceSpec) -> None:
+        evicted: list[Future] = []
+        with self._lock:
+            if self.closed:
+                return
+            queue = self._ready.setdefault(kind, deque())
+            while len(queue) < self.size:
+                queue.append(self._starter.submit(self._start, kind))
+            while sum(len(q) for q in self._ready.values()) > self.max_idle:
+                oldest = next(k for k, q in self._ready.items() if q)
+                evicted.append(self._ready[oldest].popleft())
+        for fut in evicted:
+            fut.add_done_callback(_close_started)
+
+    def close(self) -> None:
+        """End every bare workspace still waiting (those handed out are their owners')."""
+        with self._lock:
+            self.closed = True
+            pending = [f for q in self._ready.values() for f in q]
+            self._ready.clear()
+        for fut in pending:
+            _close_started(fut)
+        self._starter.shutdown(wait=True)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> GraderPool:  # an env's per-episode copies share it
+        return self
+
+    def __enter__(self) -> GraderPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _close_started(fut: Future) -> None:
+    try:
+        fut.result().close()
+    except Exception:  # noqa: BLE001 - a failed start has nothing to close
+        pass

@@ -46,10 +46,11 @@ class RuntimeWorkspace(Workspace):
 
     backend = "runtime"
 
-    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None) -> None:
+    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None, bare: bool = False) -> None:
         self.spec, self.proc = spec, None
         self._lock = threading.Lock()
         self.closed = False
+        self.bare = bare
         self.info: dict[str, Any] = {}
         try:
             self.proc = self._launch()
@@ -57,6 +58,23 @@ class RuntimeWorkspace(Workspace):
             cfg = {"uid": uid, "grader_uid": self._grader_uid(uid), "limits": _limits(spec), "workdir": "/",
                    "env": {}, "owner": os.getpid(), "tree_workdir": spec.workdir}
             self.info = self._request(cfg, 120.0, first=True)["ready"]
+            if not bare:
+                self._prepare(tree)
+        except BaseException:
+            self.close()
+            raise
+
+    def receive(self, tree: Tree, spec: WorkspaceSpec | None = None) -> None:
+        """Fill a bare workspace (started ahead, holding nothing: ``open_workspace(..., bare=True)``) with
+        ``tree``, as if it had been opened with it; ``spec`` (same limits and workdir) names it from now on."""
+        if not self.bare:
+            raise WorkspaceError(f"{self.spec.name}: only a bare workspace receives a tree")
+        if spec is not None:
+            if (spec.limits, spec.workdir) != (self.spec.limits, self.spec.workdir):
+                raise WorkspaceError(f"{spec.name}: a bare workspace of other limits or workdir cannot hold it")
+            self.spec = spec
+        self.bare = False
+        try:
             self._prepare(tree)
         except BaseException:
             self.close()
@@ -221,6 +239,8 @@ class RuntimeWorkspace(Workspace):
                  send: Iterable[bytes] | None = None, receive: Tree | None = None) -> dict:
         """One request and its answer; ``send``: an archive that follows the request as raw frames;
         ``receive``: where the archive that precedes the answer goes."""
+        if self.bare and not first and obj.get("op") != "ping":
+            raise WorkspaceError(f"{self.spec.name}: a bare workspace holds nothing yet (receive a tree first)")
         with self._lock:
             proc = self.proc
             if proc is None or self.closed and not first:

@@ -106,3 +106,27 @@ def test_the_cache_is_bounded_and_shared_by_copies():
         cache.grade("t", str(k), lambda k=k: Verdict(float(k)))
     assert list(cache.verdicts) == [("t", "1"), ("t", "2")]
     assert copy.deepcopy(cache) is cache
+
+
+def test_graders_started_ahead_grade_the_episodes_of_the_env_and_its_copies():
+    """``grader_pool=1`` (issue 45: grading without a second cold build): every grade of the env and its
+    per-episode copies restores the sealed tree into a grading workspace started ahead; the rewards are those
+    of fresh ones; a copy's close leaves the pool to the env that made it, whose close ends it."""
+    env = agentrl.make("agentrl/Terminal-v0", difficulty=1, split="all", grade_cache=False, grader_pool=1)
+    try:
+        tasks = [env.sample_task(env.np_random) for _ in range(3)]
+        rewards = []
+        for task in tasks:
+            for action in (env.reference_answer(task), render_calls(env.tool_parser, [("submit", {})])):
+                e = clone_env(env)
+                assert e.graders is env.graders
+                e.reset(options={"task": task})
+                rewards.append(e.step(action)[1])
+                e.close()  # a copy's close: the pool stays
+        assert rewards == [1.0, 0.0] * 3
+        assert env.graders.hits + env.graders.misses == 6 and env.graders.misses == 1 and not env.graders.closed
+    finally:
+        env.close()
+    assert env.graders.closed and not leftovers()
+    with pytest.raises(agentrl.env.EnvError, match="grader_pool >= 0"):
+        agentrl.make("agentrl/Terminal-v0", grader_pool=-1)

@@ -116,3 +116,88 @@ def test_a_sigkilled_training_run_with_16_workspaces_open_leaves_nothing(tmp_pat
         assert ws.exec("echo fresh").output == "fresh\n"
     left = _clean_within(run.pid, 60)
     assert not any(left.values()), left
+
+
+TEST_SH = ("#!/bin/bash\nmkdir -p /logs/verifier\n[ \"$(cat /app/answer.txt)\" = 42 ] && echo 1 > "
+           "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+
+
+def _sealed(answer: str, spec: WorkspaceSpec):
+    with open_workspace(spec, "local") as ws:
+        ws.exec(f"echo {answer} > answer.txt")
+        return ws.seal()
+
+
+def test_a_bare_workspace_holds_nothing_until_it_receives_a_tree():
+    """Issue 45 (grading without a second cold build): a workspace started bare refuses every request but
+    the liveness ping until it receives a tree; then it holds exactly that tree, once."""
+    from sandbox.workspace import WorkspaceError
+
+    spec = WorkspaceSpec(name="bare")
+    tree = _sealed("42", spec)
+    ws = open_workspace(spec, "local", bare=True)
+    try:
+        assert ws.process_count() >= 0
+        with pytest.raises(WorkspaceError, match="holds nothing yet"):
+            ws.exec("true")
+        with pytest.raises(WorkspaceError, match="other limits or workdir"):
+            ws.receive(tree, spec.replace(workdir="/srv"))
+        ws.receive(tree, spec.replace(name="graded"))
+        assert ws.exec("cat answer.txt").output == "42\n" and ws.spec.name == "graded"
+        with pytest.raises(WorkspaceError, match="only a bare workspace"):
+            ws.receive(tree)
+    finally:
+        ws.close()
+    assert not any(leftovers(os.getpid()).values())
+
+
+def test_the_grader_pool_grades_as_a_fresh_workspace_does(tmp_path):
+    """Grades through the pool: the same verdicts as a workspace started with the tree, each from a workspace
+    never used before (its own runtime), the bare ones shared by specs of the same limits and workdir, at
+    most max_idle waiting, and nothing left once it is closed."""
+    from sandbox.workspace.grading import verify
+    from sandbox.workspace.pool import GraderPool, bare_kind
+
+    (tmp_path / "test.sh").write_text(TEST_SH)
+    spec = WorkspaceSpec(name="graded")
+    trees = [_sealed(a, spec) for a in ("42", "41", "42")]
+    plain = [verify(spec, t, str(tmp_path)).reward for t in trees]
+    assert plain == [1.0, 0.0, 1.0]
+    other = spec.replace(name="another task", env=(("X", "1"),))  # same limits and workdir: the same kind
+    assert bare_kind(spec, "local") == bare_kind(other, "local") != bare_kind(spec.replace(workdir="/srv"), "local")
+    with GraderPool("local", size=1, max_idle=2) as pool:
+        pooled = [verify(s, t, str(tmp_path), graders=pool).reward for s, t in zip((spec, other, spec), trees)]
+        assert pooled == plain and pool.misses == 1 and pool.hits + pool.misses == 3
+        a, b = pool.acquire(spec), pool.acquire(spec)
+        assert a.proc.pid != b.proc.pid  # never one workspace twice
+        for ws in (a, b):
+            ws.close()
+        for workdir in ("/srv", "/opt/x", "/work"):  # three more kinds: the least recently used go
+            pool.acquire(spec.replace(workdir=workdir)).close()
+        time.sleep(1)
+        assert sum(len(q) for q in pool._ready.values()) <= 2
+    with pytest.raises(Exception, match="closed"):
+        pool.acquire(spec)
+    assert not any(_clean_within(os.getpid(), 15).values())
+
+
+def test_the_grader_pool_on_docker(tmp_path):
+    """The same on Docker: a container started ahead, bare, receives the sealed tree and grades it as one
+    started with the tree does; nothing is left once the pool is closed."""
+    if not _docker():
+        pytest.skip("no Docker daemon")
+    from sandbox.workspace.grading import verify
+    from sandbox.workspace.pool import GraderPool
+
+    (tmp_path / "test.sh").write_text(TEST_SH)
+    spec = WorkspaceSpec(name="graded on docker")
+    trees = []
+    for answer in ("42", "41"):
+        with open_workspace(spec, "docker") as ws:
+            ws.exec(f"echo {answer} > answer.txt")
+            trees.append(ws.seal())
+    with GraderPool("docker") as pool:
+        got = [verify(spec, t, str(tmp_path), backend="docker", graders=pool).reward for t in trees]
+        assert got == [verify(spec, t, str(tmp_path), backend="docker").reward for t in trees] == [1.0, 0.0]
+        assert pool.hits + pool.misses == 2
+    assert not any(_clean_within(os.getpid(), 30).values())
