@@ -70,9 +70,14 @@ def verify(spec: WorkspaceSpec, tree: Tree, tests_dir: str, *, backend: str = "l
         else:
             ws = graders.acquire(grading)
             ws.receive(tree, grading)  # closes it when the tree cannot be restored
-        with ws:
+        try:
             ws.put_dir(tests_dir, "/tests")
-            r = ws.grade(["/bin/bash", TEST_SH], timeout_s)
+            r = ws.grade(["/bin/bash", TEST_SH], timeout_s)  # every process of it has ended when it returns
+        finally:
+            if graders is None:
+                ws.close()
+            else:
+                graders.release(ws)  # closed in the background: the verdict does not wait for a teardown
     except WorkspaceError as e:
         return Verdict(None, error=f"the verifier could not run: {e}", seconds=time.monotonic() - start)
     seconds = time.monotonic() - start

@@ -117,6 +117,7 @@ class GraderPool:
         self._ready: dict[WorkspaceSpec, deque[Future]] = {}  # insertion order: least recently used first
         self._lock = threading.Lock()
         self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-grader-pool")
+        self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-grader-close")
         self.closed = False
         self.hits = self.misses = 0
 
@@ -165,8 +166,17 @@ class GraderPool:
         for fut in evicted:
             fut.add_done_callback(_close_started)
 
+    def release(self, ws: Workspace) -> None:
+        """Close ``ws`` (one it handed out, graded: its processes have ended) in the background, so that the
+        grade does not wait for its teardown (a container's removal); :meth:`close` waits for it."""
+        try:
+            self._closer.submit(ws.close)
+        except RuntimeError:  # the pool is closing: close it here
+            ws.close()
+
     def close(self) -> None:
-        """End every bare workspace still waiting (those handed out are their owners')."""
+        """End every bare workspace still waiting and every one released (those handed out and not released
+        are their owners')."""
         with self._lock:
             self.closed = True
             pending = [f for q in self._ready.values() for f in q]
@@ -174,6 +184,7 @@ class GraderPool:
         for fut in pending:
             _close_started(fut)
         self._starter.shutdown(wait=True)
+        self._closer.shutdown(wait=True)
 
     def __deepcopy__(self, memo: dict[int, object]) -> GraderPool:  # an env's per-episode copies share it
         return self
