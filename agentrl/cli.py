@@ -29,8 +29,8 @@ def _quiet() -> None:
 def _train(args: argparse.Namespace) -> int:
     from agentrl.config import load_config
     from agentrl.preflight import check_machine
-    from agentrl.run_dir import prepare_run_dir, run_dir_path
-    from agentrl.tracking import check_sinks
+    from agentrl.runs.run_dir import prepare_run_dir, run_dir_path
+    from agentrl.runs.tracking import check_sinks
 
     cfg = load_config(args.config, args.overrides)
     check_machine(cfg)  # a GPU recipe on a CPU machine stops here, before any model or engine is built
@@ -116,7 +116,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from agentrl.evaluation.report import write_report
-    from agentrl.run_dir import RunDirError
+    from agentrl.runs.run_dir import RunDirError
 
     if not Path(args.run_dir).is_dir():
         raise RunDirError(f"no such run directory {args.run_dir!r} (give the directory a run wrote, e.g. runs/NAME)")
@@ -138,7 +138,7 @@ def _stage(args: argparse.Namespace) -> int:
     from agentrl.stages import config as stage_config
 
     module, fn, cls = STAGES[args.command]
-    from agentrl.run_dir import prepare_run_dir, run_dir_path
+    from agentrl.runs.run_dir import prepare_run_dir, run_dir_path
 
     cfg = load_config(args.config, args.overrides, cls=getattr(stage_config, cls))
     from agentrl.preflight import check_machine

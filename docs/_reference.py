@@ -22,7 +22,8 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ROOT / "agentrl" / "config" / "sections.py"
+SECTIONS = tuple(ROOT / "agentrl" / "config" / f"{m}.py" for m in ("model", "rollout", "learning", "run"))
+"""The modules of the config dataclasses (``agentrl.config.sections`` is their index)."""
 STAGES = ROOT / "agentrl" / "stages" / "config.py"
 LOADING = ROOT / "agentrl" / "config" / "loading.py"
 STAGE_COMMANDS = (("sft", "SFTConfig"), ("rm", "RMConfig"), ("dpo", "DPOConfig"))
@@ -177,7 +178,7 @@ def _section(classes: dict[str, list[Field]], choices: dict[str, tuple[Any, ...]
 
 @functools.cache
 def _classes() -> dict[str, list[Field]]:
-    return read_classes(SECTIONS, STAGES)
+    return read_classes(*SECTIONS, STAGES)
 
 
 def config_reference() -> str:
@@ -185,7 +186,7 @@ def config_reference() -> str:
     classes, choices = _classes(), read_choices()
     lines = ["# Configuration reference", "",
              "Every key of a run config (`agentrl train CONFIG`, `agentrl eval`, `agentrl doctor`, `agentrl plan`),",
-             "generated from the docstrings of `agentrl/config/sections.py` when this site was built. A YAML",
+             "generated from the docstrings of `agentrl/config/` (model, rollout, learning, run) when this site was built. A YAML",
              "file sets any of them by section; the command line overrides them with dotted keys",
              "(`agentrl train cfg.yaml learner.lr=1e-4 'env.kwargs={digits: 3}'`). Unknown keys, wrong types",
              "and unknown choices stop the run when the config loads. The stages before RL",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.checkpoint import latest_checkpoint, load_trainer_state
-from agentrl.tracking import read_metrics
+from agentrl.runs.checkpoint import latest_checkpoint, load_trainer_state
+from agentrl.runs.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "configs" / "cpu_demo.yaml"

@@ -82,7 +82,7 @@ def test_gpu_config_is_a_real_recipe_with_a_tiny_twin(path):
 @pytest.mark.slow  # one short training run per recipe
 @pytest.mark.parametrize("path", TINY, ids=lambda p: p.stem)
 def test_tiny_config_trains_two_steps(path, tmp_path):
-    from agentrl.checkpoint import latest_checkpoint
+    from agentrl.runs.checkpoint import latest_checkpoint
     from agentrl.training.trainer import Trainer
 
     quick = ["learner.total_steps=2", "log.progress=false", "log.tensorboard=false", "model.warm_start.enabled=false"]

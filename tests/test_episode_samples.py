@@ -22,11 +22,11 @@ from agentrl.algorithms.advantages import (
     rloo_scores,
 )
 from agentrl.config import AlgoConfig, LearnerConfig
-from agentrl.episodes import EpisodeRecord, episode_record
 from agentrl.models import train_tokenizer
 from agentrl.rollout.context import COMPACT_INSTRUCTION, ContextPolicy
 from agentrl.rollout.engines.base import SamplingParams
 from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
+from agentrl.runs.episodes import EpisodeRecord, episode_record
 from agentrl.training.credit import sample_metrics
 from agentrl.training.experience import Experience
 from agentrl.training.learner import PolicyLearner, loss_norm

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from agentrl.env import fixed_tasks, list_envs, make
-from agentrl.episodes import read_eval
 from agentrl.evaluation.metrics import (
     TaskResult,
     evaluate,
@@ -22,6 +21,7 @@ from agentrl.evaluation.metrics import (
 from agentrl.models import load_tokenizer
 from agentrl.rollout.engines.base import Completion, SamplingParams
 from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
+from agentrl.runs.episodes import read_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 

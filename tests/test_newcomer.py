@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from agentrl.cli import main
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -17,7 +17,7 @@ import pytest
 
 from agentrl.cli import main
 from agentrl.config import load_config
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 from agentrl.types import Task, Trajectory
 
 HERE = Path(__file__).resolve().parent

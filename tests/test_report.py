@@ -79,7 +79,7 @@ def documented_keys() -> list[re.Pattern[str]]:
 
 @pytest.mark.slow  # two short runs: an asynchronous PPO run with a critic and KL, and a multi-turn GRPO run
 def test_every_metric_key_of_real_runs_is_documented(tmp_path, monkeypatch):
-    from agentrl.tracking import read_metrics
+    from agentrl.runs.tracking import read_metrics
     from agentrl.training.trainer import Trainer
 
     monkeypatch.syspath_prepend(str(ROOT / "tests"))

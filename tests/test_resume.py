@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentrl.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state, truncate_metrics
 from agentrl.config import load_config
-from agentrl.tracking import read_metrics
+from agentrl.runs.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state, truncate_metrics
+from agentrl.runs.tracking import read_metrics
 from agentrl.training.trainer import TaskSource, Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,8 +158,8 @@ def test_task_source_position_round_trips(tiny_arith):
 def test_keep_last_k_and_atomic_temp_dirs_are_ignored(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agentrl.checkpoint import save_checkpoint
     from agentrl.models import train_tokenizer
+    from agentrl.runs.checkpoint import save_checkpoint
 
     tok = train_tokenizer(["1+1=2"], 300)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
@@ -174,11 +174,11 @@ def test_keep_last_k_and_atomic_temp_dirs_are_ignored(tmp_path):
 @pytest.mark.slow  # starts vLLM
 def test_checkpoint_policy_dir_loads_in_transformers_and_vllm(tmp_path, tiny_arith):
     pytest.importorskip("vllm")
-    from agentrl.checkpoint import save_checkpoint
     from agentrl.models import load_causal_lm, load_tokenizer
     from agentrl.rollout.engines.base import SamplingParams
     from agentrl.rollout.engines.hf import HFEngine
     from agentrl.rollout.engines.vllm import VLLMEngine
+    from agentrl.runs.checkpoint import save_checkpoint
 
     model, tok = load_causal_lm(tiny_arith[0], device="cpu"), load_tokenizer(tiny_arith[0])
     policy = save_checkpoint(tmp_path, 7, model, tok, {}) / "policy"

@@ -132,9 +132,9 @@ def test_agentrl_train_holds_its_budget_within_ten_percent(tmp_path: Path) -> No
 def test_evaluations_say_where_they_are(tmp_path: Path, capsys, monkeypatch) -> None:
     """Issue 46, finding 3: evaluations printed nothing for ~12 minutes. Each evaluation of a run says, every
     ``HEARTBEAT_S``, what it evaluates and for how long (here every millisecond, to see it in a short run)."""
-    import agentrl.tracking
+    import agentrl.runs.tracking
 
-    monkeypatch.setattr(agentrl.tracking, "HEARTBEAT_S", 1e-3)
+    monkeypatch.setattr(agentrl.runs.tracking, "HEARTBEAT_S", 1e-3)
     cfg = load_config(DEMO, SMALL + ["learner.total_steps=1"])
     Trainer(cfg, run_dir=tmp_path).fit()
     beats = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("evaluating 8 held-out tasks: ")]

@@ -308,7 +308,7 @@ def test_reward_model_serves_rl_steps_on_an_unverifiable_env(sft_run, rm_run, tm
 @pytest.mark.slow
 def test_dpo_cli_increases_the_held_out_margin(sft_run, tmp_path, capsys):
     from agentrl.cli import main
-    from agentrl.tracking import read_metrics
+    from agentrl.runs.tracking import read_metrics
 
     rc = main(["dpo", str(CONFIGS / "dpo_tiny.yaml"), f"model.path={sft_run['model_dir']}", *QUIET,
                "--run-dir", str(tmp_path)])
@@ -342,7 +342,7 @@ def test_cpu_demo_warm_start_runs_through_this_trainer(tiny_arith):
 
 def test_sft_cli_on_chat_jsonl_with_packing(tmp_path, tiny_arith):
     from agentrl.cli import main
-    from agentrl.tracking import read_metrics
+    from agentrl.runs.tracking import read_metrics
 
     path, _ = tiny_arith
     rng = np.random.default_rng(0)

@@ -9,8 +9,8 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from agentrl.algorithms import ESTIMATORS
-from agentrl.checkpoint import latest_checkpoint, load_trainer_state
 from agentrl.config import ConfigError, load_config
+from agentrl.runs.checkpoint import latest_checkpoint, load_trainer_state
 from agentrl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def test_envs_list():
 def test_the_step_line_says_how_many_groups_varied(tmp_path, capsys, monkeypatch):
     """A step whose groups all scored alike (no update from the reward) printed only "reward 0.000" (issue 46, 4)."""
     from agentrl.config import LogConfig
-    from agentrl.tracking import Tracker
+    from agentrl.runs.tracking import Tracker
     from agentrl.training.metrics import group_metrics
     from agentrl.types import Trajectory
 
@@ -124,7 +124,7 @@ def test_the_step_line_says_how_many_groups_varied(tmp_path, capsys, monkeypatch
 
 def test_the_closing_line_says_how_accuracy_was_measured_and_its_error():
     """The final line was greedy success with no task count and no error bar (issue 46, finding 4)."""
-    from agentrl.tracking import closing_line
+    from agentrl.runs.tracking import closing_line
 
     summary = {"eval_before": 0.4, "eval_after": 0.5, "rl_seconds": 12.0, "eval_tasks": 10, "eval_samples": 1,
                "eval_greedy": True}
@@ -141,7 +141,7 @@ def test_greedy_and_sampled_success_side_by_side(tmp_path, capsys):
     """Issue 46, finding 4: one checkpoint was 0.40 greedy and 0.013 sampled, which is why its training reward
     sat at 0.01; the evaluations before and after RL now also sample one episode per task at the rollout
     temperature, and the closing line gives both (the periodic evaluations stay greedy only)."""
-    from agentrl.tracking import closing_line
+    from agentrl.runs.tracking import closing_line
 
     summary = {"eval_before": 0.4, "eval_after": 0.5, "rl_seconds": 12.0, "eval_tasks": 10, "eval_samples": 1,
                "eval_greedy": True, "temperature": 1.0, "sampled_before": 0.013, "sampled_after": 0.1}

@@ -18,13 +18,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentrl import checkpoint as ckpt
 from agentrl.config import ConfigError, RunConfig
 from agentrl.distributed import async_ray, workers
 from agentrl.distributed.launch import ActorGroup, init_ray
 from agentrl.distributed.proxies import EngineFleet, PolicyGroup, RemoteObject
 from agentrl.distributed.weight_sync import WeightSync
 from agentrl.rollout.async_rollout import RolloutWorker
+from agentrl.runs import checkpoint as ckpt
 from agentrl.training.lora import is_lora, policy_weights
 from agentrl.training.trainer import Trainer
 

@@ -11,9 +11,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from agentrl.checkpoint import latest_checkpoint
 from agentrl.env import fixed_tasks
-from agentrl.episodes import episode_record
 from agentrl.evaluation.held_out import held_out_warning
 from agentrl.evaluation.metrics import (
     TaskResult,
@@ -27,6 +25,8 @@ from agentrl.evaluation.metrics import (
 from agentrl.models import load_policy
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path
 from agentrl.rollout.failures import EnvFailures
+from agentrl.runs.checkpoint import latest_checkpoint
+from agentrl.runs.episodes import episode_record
 
 
 def run_config_of(model: str | Path) -> Path | None:

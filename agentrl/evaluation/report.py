@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from agentrl.checkpoint import list_checkpoints
-from agentrl.tracking import read_metrics
+from agentrl.runs.checkpoint import list_checkpoints
+from agentrl.runs.tracking import read_metrics
 
 PANELS: dict[str, tuple[str, ...]] = {
     "reward": ("reward/mean",),

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl import checkpoint as ckpt
 from agentrl.config import DataConfig, RunConfig
 from agentrl.rollout.build import make_env, resolve_model_path
-from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
-from agentrl.tracking import Tracker
+from agentrl.runs import checkpoint as ckpt
+from agentrl.runs.run_dir import prepare_run_dir, run_dir_path, save_run_config
+from agentrl.runs.tracking import Tracker
 from agentrl.training.supervised import LoopResult, MicroLoss, train_loop
 
 
@@ -27,7 +27,7 @@ def seed_all(seed: int) -> None:
 
 
 def run_dir_of(cfg: Any, run_dir: str | Path | None) -> Path:
-    """Check the run directory (a new run never mixes with one already there: ``agentrl.run_dir``),
+    """Check the run directory (a new run never mixes with one already there: ``agentrl.runs.run_dir``),
     create it and save the resolved config beside it."""
     out = prepare_run_dir(run_dir_path(cfg, run_dir), command="agentrl sft|rm|dpo CONFIG")
     save_run_config(cfg, out)

@@ -131,8 +131,8 @@ def export_merged(source: str | Path, out: str | Path) -> Path:
     dir or a policy dir: adapters merged into the base, or the full model copied as it is."""
     from transformers import AutoModelForCausalLM
 
-    from agentrl import checkpoint as ckpt
     from agentrl.models import load_tokenizer
+    from agentrl.runs import checkpoint as ckpt
 
     src = Path(source)
     if (src / "checkpoints").is_dir():

@@ -1,4 +1,4 @@
-"""The episodes a training run keeps in ``samples.jsonl`` (records: :mod:`agentrl.episodes`).
+"""The episodes a training run keeps in ``samples.jsonl`` (records: :mod:`agentrl.runs.episodes`).
 
 Every ``log.samples_every`` steps, ``log.samples_per_step`` training episodes spread over the batch
 (every k-th), with the learner's log-probs of their action tokens when
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import LogConfig
-from agentrl.episodes import EpisodeRecord, append_records, episode_record
 from agentrl.evaluation.metrics import difficulty_of
+from agentrl.runs.episodes import EpisodeRecord, append_records, episode_record
 from agentrl.training.experience import Experience
 from agentrl.types import Task, Trajectory
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from agentrl import checkpoint as ckpt
 from agentrl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
@@ -28,7 +27,6 @@ from agentrl.algorithms import (
 )
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
-from agentrl.episodes import truncate_samples
 from agentrl.evaluation.held_out import held_out_warning
 from agentrl.evaluation.metrics import eval_params, summarize, task_results
 from agentrl.models import load_policy
@@ -36,8 +34,10 @@ from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path, sampling_params
 from agentrl.rollout.dynamic_sampling import apply_overlong_penalty, fill_batch, num_groups
 from agentrl.rollout.failures import EnvFailures
-from agentrl.run_dir import prepare_run_dir, run_dir_path, save_run_config
-from agentrl.tracking import StageTimer, Tracker, closing_line, heartbeat, plot_curves, read_metrics
+from agentrl.runs import checkpoint as ckpt
+from agentrl.runs.episodes import truncate_samples
+from agentrl.runs.run_dir import prepare_run_dir, run_dir_path, save_run_config
+from agentrl.runs.tracking import StageTimer, Tracker, closing_line, heartbeat, plot_curves, read_metrics
 from agentrl.training.budget import RunBudget
 from agentrl.training.credit import batch_advantages, sample_metrics
 from agentrl.training.experience import Experience

@@ -30,7 +30,7 @@ from agentrl.rollout.build import make_executor, sampling_params
 from agentrl.rollout.engines.hf import HFEngine
 from agentrl.rollout.env_pool import clone_env, failure_info
 from agentrl.rollout.executors import SingleTurnExecutor, encode_prompt
-from agentrl.tracking import heartbeat
+from agentrl.runs.tracking import heartbeat
 from agentrl.training.supervised import SFTResult, train_sft
 from agentrl.types import Task
 

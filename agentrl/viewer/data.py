@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agentrl.episodes import EpisodeFormatError, EpisodeRecord, read_eval
+from agentrl.runs.episodes import EpisodeFormatError, EpisodeRecord, read_eval
 from agentrl.viewer.doctor import doctor_stamp, read_doctor
 from agentrl.viewer.warm_start import WARM_START_FILE, read_warm_start, warm_start_stamp
 

@@ -120,9 +120,9 @@ def test_async_run_over_ray_bounds_staleness_and_checkpoints_the_trained_positio
                                                                                   tmp_path):
     """Resuming from such a checkpoint is the one-process code path (tests/test_async_resume.py kills an
     async run and resumes it); a RayTrainer resume is tested in tests/faults/test_ray_faults.py."""
-    from agentrl.checkpoint import latest_checkpoint, load_trainer_state
     from agentrl.distributed.trainer import RayTrainer
-    from agentrl.tracking import read_metrics
+    from agentrl.runs.checkpoint import latest_checkpoint, load_trainer_state
+    from agentrl.runs.tracking import read_metrics
 
     args = [f"env.id={ENV_ID}", "env.kwargs={digits: 1, operators: '+', terms: 2, template: '{expr}=', "
             "bare_answer: true, delay_s: 0.2, fail_digit: '3'}",

@@ -69,8 +69,8 @@ def test_ppo_zero2_critic_reference_reward_model_vllm(ray_cluster, ray_cfg, half
         assert all(math.isfinite(m["critic/value_loss"]) for m in history)
         # checkpoints keep the single-process format: an HF policy dir (rank 0's weights) + the state,
         # whose optimizer entry holds every rank's (ZeRO-partitioned) optimizer state
-        from agentrl.checkpoint import load_trainer_state
         from agentrl.models import load_causal_lm
+        from agentrl.runs.checkpoint import load_trainer_state
 
         path = trainer.save()
         state = load_trainer_state(path)

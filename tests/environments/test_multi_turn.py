@@ -308,7 +308,7 @@ def test_a_run_says_how_far_it_is_while_it_runs(tok: Any) -> None:
     """Issue 46, finding 3 (evaluations printed nothing for ~12 minutes): a heartbeat reads the run's
     progress from its own thread, the episodes ended out of all, never going back; a short block says nothing."""
     from agentrl.rollout.env_pool import EnvPool
-    from agentrl.tracking import heartbeat
+    from agentrl.runs.tracking import heartbeat
 
     class Numbered(StaggeredEnv):
         made = 0

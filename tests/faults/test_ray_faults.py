@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("ray")
 
-from agentrl.checkpoint import latest_checkpoint, load_trainer_state  # noqa: E402
 from agentrl.config import ClusterConfig, load_config  # noqa: E402
 from agentrl.distributed.launch import init_ray  # noqa: E402
+from agentrl.runs.checkpoint import latest_checkpoint, load_trainer_state  # noqa: E402
 
 TINY = [
     "model.path=tiny", "model.device=cpu", "model.tiny.hidden_size=64", "model.tiny.num_heads=2",

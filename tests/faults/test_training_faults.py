@@ -21,8 +21,8 @@ import psutil
 import pytest
 from faultkit import DEMO, ROOT, SMALL, BadServer, free_port, reward_server, server_env, stop
 
-from agentrl.checkpoint import latest_checkpoint, load_trainer_state
 from agentrl.config import load_config
+from agentrl.runs.checkpoint import latest_checkpoint, load_trainer_state
 from agentrl.training.trainer import Trainer
 from agentrl.types import Task
 from rewards.client import RemoteReward, RemoteRewardError

@@ -13,7 +13,7 @@ import torch
 from viewkit import CALL, ids, tokenizer, two_turn
 
 from agentrl.config import AlgoConfig, LearnerConfig, LogConfig
-from agentrl.episodes import (
+from agentrl.runs.episodes import (
     EPISODE_VERSION,
     MAX_INFO_CHARS,
     EpisodeFormatError,

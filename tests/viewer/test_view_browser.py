@@ -23,7 +23,7 @@ import pytest
 from viewkit import open_page, tokenizer, viewer, write_run, write_warm_start
 
 from agentrl.cli import main
-from agentrl.episodes import read_samples
+from agentrl.runs.episodes import read_samples
 
 pytestmark = pytest.mark.slow  # a warm start, two RL steps, an evaluation, a resumed step and a browser: ~1-2 min
 

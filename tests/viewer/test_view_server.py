@@ -19,7 +19,7 @@ import pytest
 from viewkit import tokenizer, two_turn, viewer, write_run, write_warm_start
 
 from agentrl.cli import main
-from agentrl.episodes import append_records, episode_record
+from agentrl.runs.episodes import append_records, episode_record
 
 
 @pytest.fixture(scope="module")

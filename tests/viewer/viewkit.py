@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentrl.episodes import MAX_INFO_CHARS, append_records, episode_record
 from agentrl.evaluation.command import report_json
 from agentrl.models import train_tokenizer
+from agentrl.runs.episodes import MAX_INFO_CHARS, append_records, episode_record
 from agentrl.types import Segment, Trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
