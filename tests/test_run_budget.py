@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from agentrl.config import ConfigError, load_config
-from agentrl.training.budget import FINAL_MARGIN, SAVE_SHARE, RunBudget, may_evaluate, may_step
+from agentrl.training.budget import (
+    FINAL_MARGIN,
+    SAVE_CAP_S,
+    SAVE_SHARE,
+    RunBudget,
+    may_evaluate,
+    may_step,
+    save_reserve,
+)
 from agentrl.training.supervised import train_sft
 from agentrl.training.trainer import Trainer
 
@@ -43,6 +51,8 @@ def test_the_decisions_by_hand() -> None:
     assert not may_step(-5, 0, 0, 200)        # overspent: never another step
     assert may_evaluate(44, 20, 100)          # 44 - 20 = 24 >= 22 + 2
     assert not may_evaluate(43.9, 20, 100)
+    assert save_reserve(200) == 4 and save_reserve(900) == SAVE_CAP_S == 10  # not 18 s of a 900 s budget
+    assert may_step(32, 4.6, 9, 900) and not may_step(24, 4.6, 9, 900)  # 27.4 >= 9.9 + 10; 19.4 < 19.9
 
 
 def test_the_budget_counts_from_its_start_and_remembers_what_it_measured() -> None:

@@ -19,20 +19,27 @@ FINAL_MARGIN = 1.1
 """The final evaluation is reserved this many times the longest evaluation measured (its episodes may run
 longer after RL, and the save follows it)."""
 SAVE_SHARE = 0.02
-"""A share of the whole budget kept for the final save and the closing line."""
+"""A share of the whole budget kept for the final save and the closing line, at most ``SAVE_CAP_S``."""
+SAVE_CAP_S = 10.0
+"""The most seconds kept for the save (a 900 s budget kept 18 s and ended 27 s early)."""
 STEPS_KEPT = 5
 """The last this many step times estimate the next one (their median: a first step's one-time costs fade)."""
 
 
 def may_step(left: float, step_s: float, eval_s: float, total: float) -> bool:
     """True when ``left`` seconds hold one more RL step of ``step_s`` and the final evaluation (``eval_s``
-    measured) with its margin and the save's share of ``total``."""
-    return left - step_s >= FINAL_MARGIN * eval_s + SAVE_SHARE * total
+    measured) with its margin and the save's reserve of a ``total`` s budget (:func:`save_reserve`)."""
+    return left - step_s >= FINAL_MARGIN * eval_s + save_reserve(total)
+
+
+def save_reserve(total: float) -> float:
+    """Seconds kept for the final save of a ``total`` s budget."""
+    return min(SAVE_SHARE * total, SAVE_CAP_S)
 
 
 def may_evaluate(left: float, eval_s: float, total: float) -> bool:
     """True when ``left`` seconds hold a periodic evaluation of ``eval_s`` and still the final one."""
-    return left - eval_s >= FINAL_MARGIN * eval_s + SAVE_SHARE * total
+    return left - eval_s >= FINAL_MARGIN * eval_s + save_reserve(total)
 
 
 class RunBudget:
