@@ -120,11 +120,16 @@ def signal_all(sig: int, keep: set[int]) -> int:
 
 
 def end_all(keep: set[int], reap) -> None:
-    """SIGKILL every process but ``keep`` until none is left (a fork bomb included)."""
-    deadline = time.monotonic() + 10.0
-    while signal_all(signal.SIGKILL, keep) and time.monotonic() < deadline:
-        time.sleep(0.005)
+    """SIGKILL every process but ``keep`` until none is left (a fork bomb included). Those already dead
+    are reaped before each round, and the wait between rounds grows from 0.5 to 5 ms: a process just
+    killed is usually gone within the first (a flat 5 ms wait cost every seal and grade 5-10 ms)."""
+    deadline, wait = time.monotonic() + 10.0, 0.0005
+    while True:
         reap()
+        if not signal_all(signal.SIGKILL, keep) or time.monotonic() >= deadline:
+            break
+        time.sleep(wait)
+        wait = min(2 * wait, 0.005)
     reap()
 
 
