@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict, deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from . import open_workspace
 from .base import Workspace, WorkspaceError, WorkspaceSpec
@@ -48,22 +50,12 @@ class WorkspacePool:
         """A started workspace of ``spec`` (see the module docstring)."""
         if self.closed:
             raise WorkspaceError("the workspace pool is closed")
-        while True:
+
+        def pop() -> Future | None:
             with self._lock:
-                fut = self._ready[spec].popleft() if self._ready[spec] else None
-            if fut is None:
-                self.misses += 1
-                ws = self._start(spec)
-                break
-            try:
-                ws = fut.result()
-            except WorkspaceError as e:  # a start that failed in the background: try the next, or cold
-                log.warning("a pooled workspace failed to start: %s", e)
-                continue
-            if _alive(ws):
-                self.hits += 1
-                break
-            ws.close()
+                return self._ready[spec].popleft() if self._ready[spec] else None
+
+        ws = _take(pop, lambda: self._start(spec), self, "a pooled workspace")
         self._refill(spec)
         return ws
 
@@ -85,6 +77,23 @@ class WorkspacePool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _take(pop: Callable[[], Future | None], start: Callable[[], Workspace], pool: Any, what: str) -> Workspace:
+    """The first live workspace of the starts ``pop()`` hands out (one that failed to start or has ended is
+    skipped), else ``start()``'s now; counts ``pool.hits`` and ``pool.misses``."""
+    while (fut := pop()) is not None:
+        try:
+            ws = fut.result()
+        except WorkspaceError as e:  # a start that failed in the background: the next one, or now
+            log.warning("%s failed to start ahead: %s", what, e)
+            continue
+        if _alive(ws):
+            pool.hits += 1
+            return ws
+        ws.close()
+    pool.misses += 1
+    return start()
 
 
 def _alive(ws: Workspace) -> bool:
@@ -129,26 +138,14 @@ class GraderPool:
         if self.closed:
             raise WorkspaceError("the grader pool is closed")
         kind = bare_kind(spec, self.backend)
-        ws = None
-        while ws is None:
+
+        def pop() -> Future | None:
             with self._lock:
                 queue = self._ready.pop(kind, deque())
-                fut = queue.popleft() if queue else None
                 self._ready[kind] = queue  # now the most recently used kind
-            if fut is None:
-                self.misses += 1
-                ws = self._start(kind)
-                break
-            try:
-                got = fut.result()
-            except WorkspaceError as e:  # a start that failed in the background: the next one, or now
-                log.warning("a grading workspace failed to start ahead: %s", e)
-                continue
-            if _alive(got):
-                self.hits += 1
-                ws = got
-            else:
-                got.close()
+                return queue.popleft() if queue else None
+
+        ws = _take(pop, lambda: self._start(kind), self, "a grading workspace")
         self._refill(kind)
         return ws
 
