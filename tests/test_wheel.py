@@ -25,7 +25,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = {".git", ".venv", ".cache", "runs", "build", "dist", ".pytest_cache", ".ruff_cache", "__pycache__"}
+SKIP = {".git", ".venv", ".cache", "build", "dist", ".pytest_cache", ".ruff_cache", "__pycache__"}
+SKIP_AT_ROOT = {"runs"}  # the checkout's run directories, not agentrl/runs/
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600, stderr: bool = False) -> str:
@@ -45,7 +46,8 @@ def clean_env(home: Path) -> dict[str, str]:
 def build_wheel(out: Path, env: dict[str, str]) -> Path:
     """Build from a copy of the source tree (the build writes build/ and *.egg-info beside the sources)."""
     src = out / "src"
-    shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")])
+    shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")
+                                                        or n in SKIP_AT_ROOT and Path(d) == ROOT])
     log = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
                str(out / "dist"), str(src)], cwd=out, env=env, stderr=True)
     assert "deprecat" not in log.lower(), log[-3000:]  # e.g. project.license as a table (before SPDX strings)
