@@ -88,15 +88,19 @@ class WorkspaceEnv(TextEnv):
             raise EnvError(str(e)) from None
         self.backend, self.tool_parser, self.max_turns = backend, tool_parser, max_turns
         self.max_calls_per_turn, self.max_output_chars = max_calls_per_turn, max_output_chars
-        self.session = WorkspaceSession(backend, WorkspacePool(backend, pool_size) if pool_size else None)
+        self.session = WorkspaceSession(backend, WorkspacePool(backend, pool_size) if pool_size else None,
+                                        GraderPool(backend, grader_pool) if grader_pool else None)
         self.tools = {t.name: t for t in workspace_tools(self.session, command_timeout_s, max_output_chars)}
         self.tools_text = tools_text(list(self.tools.values()), PROMPTS[tool_parser])
         self.prompt_template = system_prompt or AGENT_PROMPT + "\n\n{tools}"
         self.turn = 0
         self.turn_calls: list[dict[str, Any]] = []  # this turn's calls, as info["calls"] lists them
         self.grades = GradeCache() if grade_cache else None  # shared by the copies (a deep copy is itself)
-        self.graders = GraderPool(backend, grader_pool) if grader_pool else None  # shared by the copies too
-        self._graders_owner = id(self)  # only the env that made it closes it (a copy's id differs)
+
+    @property
+    def graders(self) -> GraderPool | None:
+        """The grading workspaces started ahead (``grader_pool``), shared by the env's copies; None when off."""
+        return self.session.graders
 
     # ------------------------------------------------------------------ what a subclass gives
     def workspace_spec(self, task: Task) -> WorkspaceSpec:
@@ -207,9 +211,7 @@ class WorkspaceEnv(TextEnv):
         return self.grades.grade(task.id, tree.digest, lambda: self.grade(task, tree))
 
     def close(self) -> None:
-        self.session.shutdown()
-        if self.graders is not None and self._graders_owner == id(self):
-            self.graders.close()
+        self.session.shutdown()  # the pools too, when this env made them (a per-episode copy did not)
 
     def audit_task(self, name_or_task: str | Task, attacks: list[str] | None = None, jobs: int = 1) -> dict[str, Any]:
         """Play known reward hacks (``attacks``: their names, default all) and a no-op agent on one task,

@@ -63,9 +63,9 @@ class WorkspaceSession:
     batch) shares nothing live: it has no workspace and an empty record.
     """
 
-    def __init__(self, backend: str = "local", pool: WorkspacePool | None = None) -> None:
-        self.backend, self.pool = backend, pool
-        self.owns_pool = pool is not None  # a copy uses the pool; the session that made it closes it
+    def __init__(self, backend: str = "local", pool: WorkspacePool | None = None, graders: Any = None) -> None:
+        self.backend, self.pool, self.graders = backend, pool, graders  # graders: a GraderPool (or None)
+        self.owns_pool = True  # a copy uses the pools; the session that made them closes them
         self.spec: WorkspaceSpec | None = None
         self.agent_timeout_s: float | None = None
         self._ws: Workspace | None = None
@@ -115,13 +115,14 @@ class WorkspaceSession:
             ws.close()
 
     def shutdown(self) -> None:
-        """Close the workspace, and the warm pool if this session made it."""
+        """Close the workspace, and the warm pool and the grader pool if this session made them."""
         self.close()
-        if self.pool is not None and self.owns_pool:
-            self.pool.close()
+        for pool in (self.pool, self.graders) if self.owns_pool else ():
+            if pool is not None:
+                pool.close()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> WorkspaceSession:
-        clone = WorkspaceSession(self.backend, self.pool)
+        clone = WorkspaceSession(self.backend, self.pool, self.graders)
         clone.owns_pool = False
         clone.spec, clone.agent_timeout_s = self.spec, self.agent_timeout_s
         memo[id(self)] = clone

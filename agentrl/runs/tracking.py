@@ -136,9 +136,12 @@ class Tracker:
                 yield
             return
         bar = self._progress.add_task(label, total=None, status="")
-        update = (lambda: self._progress.update(bar, completed=progress()[0], total=progress()[1] or None)
-                  ) if progress is not None else (lambda: None)
-        with heartbeat(label, None, lambda _: update(), every=1.0):
+        def update(_: str) -> None:
+            if progress is not None:
+                done, total = progress()
+                self._progress.update(bar, completed=done, total=total or None)
+
+        with heartbeat(label, None, update, every=1.0):
             yield
         self._progress.remove_task(bar)
 

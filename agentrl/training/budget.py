@@ -39,7 +39,7 @@ def save_reserve(total: float) -> float:
 
 def may_evaluate(left: float, eval_s: float, total: float) -> bool:
     """True when ``left`` seconds hold a periodic evaluation of ``eval_s`` and still the final one."""
-    return left - eval_s >= FINAL_MARGIN * eval_s + save_reserve(total)
+    return may_step(left, eval_s, eval_s, total)
 
 
 class RunBudget:

@@ -299,28 +299,26 @@ class Trainer(TrainerWiring):
         """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was.
         The episodes of the first ``log.eval_samples`` tasks go to samples.jsonl. ``sampled`` (the evaluations
         before and after RL) adds ``eval/sampled_accuracy`` when the evaluation is greedy and ``eval.sampled``."""
-        e, started = self.cfg.eval, time.monotonic()
-        phase = heartbeat if self.tracker is None else self.tracker.phase  # never silent for minutes
-        with torch.random.fork_rng(), phase(f"evaluating {len(self.eval_tasks)} held-out tasks",
-                                            getattr(self.eval_executor, "progress", None)):
-            torch.manual_seed(self.cfg.data.seed + 1000 + self.step_idx)
-            trajs = self.eval_executor.run(self.eval_tasks, n_samples=e.n_samples, params=eval_params(self.cfg))
-        self.failures.observe(trajs, "evaluation")
+        e, started, params = self.cfg.eval, time.monotonic(), eval_params(self.cfg)
+        trajs = self._held_out("evaluating", 1000, e.n_samples, params)
         self.samples.eval(self.step_idx, self.eval_tasks, trajs, e.n_samples, self.version)
         metrics = summarize(task_results(self.eval_tasks, trajs, e.n_samples, "eval"), e.k)
-        if sampled and e.sampled and eval_params(self.cfg).temperature == 0:
-            metrics["sampled_accuracy"] = self._sampled_accuracy(phase)
+        if sampled and e.sampled and params.temperature == 0:  # one sampled episode per task beside it
+            trajs = self._held_out("sampling", 2000, 1, sampling_params(self.cfg))
+            metrics["sampled_accuracy"] = summarize(task_results(self.eval_tasks, trajs, 1, "eval"), [1])["accuracy"]
         self.budget.observe_eval(time.monotonic() - started)
         return {f"eval/{k}": v for k, v in metrics.items()}
 
-    def _sampled_accuracy(self, phase: Any) -> float:
-        """Success of one episode per held-out task at ``rollout.temperature`` (its own seed)."""
-        with torch.random.fork_rng(), phase(f"sampling {len(self.eval_tasks)} held-out tasks",
+    def _held_out(self, what: str, seed: int, n: int, params: Any) -> list[Trajectory]:
+        """``n`` episodes per held-out task under their own seed (the training RNG left as it was), saying
+        where they are while they run."""
+        phase = heartbeat if self.tracker is None else self.tracker.phase  # never silent for minutes
+        with torch.random.fork_rng(), phase(f"{what} {len(self.eval_tasks)} held-out tasks",
                                             getattr(self.eval_executor, "progress", None)):
-            torch.manual_seed(self.cfg.data.seed + 2000 + self.step_idx)
-            trajs = self.eval_executor.run(self.eval_tasks, n_samples=1, params=sampling_params(self.cfg))
+            torch.manual_seed(self.cfg.data.seed + seed + self.step_idx)
+            trajs = self.eval_executor.run(self.eval_tasks, n_samples=n, params=params)
         self.failures.observe(trajs, "evaluation")
-        return summarize(task_results(self.eval_tasks, trajs, 1, "eval"), [1])["accuracy"]
+        return trajs
 
     def fit(self) -> dict[str, Any]:
         """Train until ``learner.total_steps`` or ``learner.max_seconds``; evaluate before and after.
