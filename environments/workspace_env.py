@@ -177,16 +177,20 @@ class WorkspaceEnv(TextEnv):
     def finish(self, ended_by: str, terminated: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """End the episode: seal the workspace (its processes end), close it, grade the tree."""
         ws = self.session.workspace  # built now if the agent never used it: its initial state is graded
+        sealed = False
         try:
             tree = ws.seal()
-            diff = tree.diff or ""
+            diff, sealed = tree.diff or "", True
         except TreeTooLarge as e:  # the agent filled its storage: its doing, scored 0 (not an infra failure)
             tree, diff = None, ""
             verdict = Verdict(0.0, output=f"not graded: {e}")
         finally:
             self.session.detach()
             self.session.spec = None  # the episode is over: a step now needs a reset first
-            ws.close()
+            if sealed:  # its processes have ended: the teardown goes on in the background
+                self.session.release(ws)
+            else:
+                ws.close()
         if tree is not None:
             unchanged = self.unchanged_reward is not None and tree.unchanged is True
             verdict = Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree") \

@@ -35,7 +35,7 @@ from typing import Any
 
 from environments.tools import Tool, ToolCallError
 from sandbox.workspace import Workspace, WorkspaceSpec, open_workspace
-from sandbox.workspace.pool import WorkspacePool
+from sandbox.workspace.pool import Closer, WorkspacePool
 
 MAX_FILE_BYTES = 1 << 20  # read_file shows and str_replace edits at most this much of a file
 CUT_MARK = "\n[... {n} characters cut ...]\n"
@@ -63,8 +63,10 @@ class WorkspaceSession:
     batch) shares nothing live: it has no workspace and an empty record.
     """
 
-    def __init__(self, backend: str = "local", pool: WorkspacePool | None = None, graders: Any = None) -> None:
+    def __init__(self, backend: str = "local", pool: WorkspacePool | None = None, graders: Any = None,
+                 closer: Closer | None = None) -> None:
         self.backend, self.pool, self.graders = backend, pool, graders  # graders: a GraderPool (or None)
+        self.closer = closer or Closer()  # sealed workspaces end in the background
         self.owns_pool = True  # a copy uses the pools; the session that made them closes them
         self.spec: WorkspaceSpec | None = None
         self.agent_timeout_s: float | None = None
@@ -114,15 +116,20 @@ class WorkspaceSession:
         if ws is not None:
             ws.close()
 
+    def release(self, ws: Workspace) -> None:
+        """Close ``ws``, whose processes have ended (sealed), in the background; :meth:`shutdown` waits."""
+        self.closer.submit(ws)
+
     def shutdown(self) -> None:
-        """Close the workspace, and the warm pool and the grader pool if this session made them."""
+        """Close the workspace, and the warm pool, the grader pool and the background closes if this session
+        made them (waiting for those under way)."""
         self.close()
-        for pool in (self.pool, self.graders) if self.owns_pool else ():
+        for pool in (self.pool, self.graders, self.closer) if self.owns_pool else ():
             if pool is not None:
                 pool.close()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> WorkspaceSession:
-        clone = WorkspaceSession(self.backend, self.pool, self.graders)
+        clone = WorkspaceSession(self.backend, self.pool, self.graders, self.closer)
         clone.owns_pool = False
         clone.spec, clone.agent_timeout_s = self.spec, self.agent_timeout_s
         memo[id(self)] = clone

@@ -70,7 +70,7 @@ class Runtime:
         self.env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **image_env, "TERM": "dumb", "PAGER": "cat",
                     "GIT_PAGER": "cat", **cfg.get("env", {})}
         self.workdir = self.cwd = cfg.get("workdir", "/")
-        self.keep = {1} | self._ancestors()  # never signalled: the container's init, this runtime's parents
+        self.keep = {1, os.getpid()} | self._ancestors()  # never signalled: pid 1, this runtime, its parents
         self.shell_pid = self.shell_in = self.shell_out = -1
         self.pending = Capture(int(self.limits["max_output_bytes"]))  # output between commands
         self.sealed = False
@@ -380,30 +380,9 @@ def serve(rt: Runtime) -> str:
         rt.reap()
 
 
-def watch(ttl_s: float) -> None:
-    """A Docker workspace's pid 1: reap orphans, and end the container when its runtime has gone (its
-    owner closed it or died) or at the TTL; a runtime that never came is waited for two minutes."""
-    start, seen = time.monotonic(), False
-    while time.monotonic() - start < ttl_s:
-        running = False
-        for pid in processes():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    running = running or b"_workspace.py\x00container" in f.read()
-            except OSError:
-                continue
-        seen = seen or running
-        if not running and (seen or time.monotonic() - start > 120):
-            return
-        Runtime.reap()
-        time.sleep(0.5)
-
-
 def main() -> None:
     mode = sys.argv[1]
-    if mode == "watch":
-        watch(float(sys.argv[2]))
-    elif mode == "zygote":
+    if mode == "zygote":
         import _ws_zygote  # type: ignore[import-not-found]
 
         _ws_zygote.serve_forks(int(sys.argv[2]), lambda: run("local"))

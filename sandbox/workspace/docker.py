@@ -11,14 +11,16 @@
   tree — the image's workdir and other non-system directories — as on the local backend, so it can
   neither change the system nor end its runtime. ``storage_mb`` caps each file (RLIMIT_FSIZE), ``/tmp``
   (a tmpfs) and the tree a seal returns (Docker caps a container's disk only on xfs with quotas).
-- **Runtime**: the container's pid 1 is a watcher (``_workspace.py watch``) and the workspace's runtime
-  runs beside it through ``docker exec -i`` — the same runtime as the local backend's, so commands,
-  timeouts, trees and grading behave the same. The runtime's files are bind-mounted read-only; the
-  task image needs a ``python3``.
-- **Lifetime**: closing the workspace removes the container. If the owner dies, its runtime sees the
-  end of its input and stops, the watcher sees that and ends the container, which is removed on exit;
-  at worst it ends at its TTL. Containers are labelled with their owner (host, boot, pid), and the
-  first Docker workspace of a process removes those whose owner is gone (a SIGKILLed run's).
+- **Runtime**: the container's main process (pid 1) is the workspace's runtime, started by one
+  ``docker run -i`` whose stdin and stdout are its protocol pipes — the same runtime as the local
+  backend's, so commands, timeouts, trees and grading behave the same. The runtime's files are
+  bind-mounted read-only; the task image needs a ``python3``. Docker's own errors (a missing image,
+  a refused limit) end the start with docker's last line.
+- **Lifetime**: closing the workspace closes the runtime's input; it ends every process, exits, and the
+  container ends with it and is removed (``--rm``; the CLI returns once it is gone). If the owner dies
+  (or the CLI does), the runtime sees the end of its input the same way; at worst it ends at its TTL.
+  Containers are labelled with their owner (host, boot, pid), and the first Docker workspace of a
+  process removes those whose owner is gone (a SIGKILLed run's).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from typing import Any
@@ -47,7 +50,10 @@ MOUNT = "/opt/agentrl-runtime"
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]  # the runtime's, as root
 AGENT_UID = 10001
 GRADER_UID = 10002  # a grading container's grader (the verifier's shell; its programs run as AGENT_UID)
+RUN_RUNTIME = f"import sys; sys.path.insert(0, {MOUNT!r}); import _workspace; _workspace.main()"
+"""The runtime as an imported module: its byte-code is read, not compiled again (a script always is)."""
 _reaped = False
+_compiled = False
 _build_lock = threading.Lock()
 _warned: set[str] = set()
 
@@ -81,15 +87,37 @@ def reap_orphans(client: Any) -> int:
     return removed
 
 
-def _client() -> Any:
-    try:
-        import docker
+def _compile_runtime() -> None:
+    """Write the runtime's byte-code once per process (containers mount it read-only and would compile every
+    module at every start); a read-only install is left as it is."""
+    global _compiled
+    if not _compiled:
+        _compiled = True
+        import compileall
 
-        client = docker.from_env()
-        client.ping()
+        compileall.compile_dir(RUNTIME_DIR, quiet=2, workers=1)
+
+
+_clients: dict[int, Any] = {}
+_client_lock = threading.Lock()
+
+
+def _client() -> Any:
+    """This process's Docker client (made and pinged once; a forked child makes its own)."""
+    with _client_lock:
+        client = _clients.get(os.getpid())
+        if client is not None:
+            return client
+        try:
+            import docker
+
+            client = docker.from_env(max_pool_size=32)
+            client.ping()
+        except Exception as e:  # noqa: BLE001 - the daemon is missing, stopped or unreachable
+            raise WorkspaceError(f"the docker workspace backend needs a running Docker daemon ({e})") from e
+        _clients.clear()
+        _clients[os.getpid()] = client
         return client
-    except Exception as e:  # noqa: BLE001 - the daemon is missing, stopped or unreachable
-        raise WorkspaceError(f"the docker workspace backend needs a running Docker daemon ({e})") from e
 
 
 class DockerWorkspace(RuntimeWorkspace):
@@ -100,7 +128,9 @@ class DockerWorkspace(RuntimeWorkspace):
     def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None, bare: bool = False) -> None:
         global _reaped
         self.client = _client()
-        self.container: Any = None
+        self.container_id: str | None = None
+        self._cid_dir: str | None = None
+        self._cli: subprocess.Popen | None = None
         if not _reaped:
             _reaped = True
             reap_orphans(self.client)
@@ -117,30 +147,67 @@ class DockerWorkspace(RuntimeWorkspace):
     def _grader_uid(self, uid: int) -> int:
         return GRADER_UID
 
+    @property
+    def container(self) -> Any:
+        """The workspace's container (docker-py's object; None once removed)."""
+        return None if self.container_id is None else self.client.containers.get(self.container_id)
+
     def _launch(self) -> subprocess.Popen:
-        lim = self.spec.limits
-        self.container = self.client.containers.run(
-            self.image, ["python3", "-E", "-s", "-S", f"{MOUNT}/_workspace.py", "watch", str(lim.ttl_s + 60)],
-            detach=True, auto_remove=True, labels={LABEL: "1", OWNER: owner_id()},
-            network_mode="bridge" if lim.allow_internet else "none", mem_limit=f"{lim.memory_mb}m",
-            memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.max_processes,
-            cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"], user="0", working_dir="/",
-            ulimits=[_fsize(lim.storage_mb)], volumes={RUNTIME_DIR: {"bind": MOUNT, "mode": "ro"}},
-            tmpfs={"/tmp": f"size={lim.storage_mb}m,mode=1777"})
+        """``docker run -i`` with the runtime as the container's main process, its stdin and stdout the
+        protocol's pipes (one CLI call: no detached start, then a ``docker exec``)."""
         docker_cli = shutil.which("docker")
         if docker_cli is None:
             raise WorkspaceError("the docker workspace backend needs the docker command line client")
-        return subprocess.Popen(
-            [docker_cli, "exec", "-i", self.container.id, "python3", "-E", "-s", "-S", f"{MOUNT}/_workspace.py",
-             "container"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+        lim = self.spec.limits
+        self._cid_dir = tempfile.mkdtemp(prefix="agentrl-ws-cid-")
+        cidfile = os.path.join(self._cid_dir, "cid")
+        args = [docker_cli, "run", "-i", "--rm", "--sig-proxy=false", "--pull", "never", "--log-driver", "none", "--cidfile", cidfile,
+                "--label", f"{LABEL}=1", "--label", f"{OWNER}={owner_id()}",
+                "--network", "bridge" if lim.allow_internet else "none",
+                "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m", "--cpus", str(lim.cpus),
+                "--pids-limit", str(lim.max_processes), "--cap-drop", "ALL",
+                *[a for cap in CAPS for a in ("--cap-add", cap)], "--security-opt", "no-new-privileges",
+                "--user", "0", "--workdir", "/", "--ulimit", f"fsize={int(lim.storage_mb) << 20}",
+                "--volume", f"{RUNTIME_DIR}:{MOUNT}:ro", "--tmpfs", f"/tmp:size={lim.storage_mb}m,mode=1777",
+                self.image, "python3", "-E", "-s", "-S", "-c", RUN_RUNTIME, "container"]
+        _compile_runtime()
+        with open(os.path.join(self._cid_dir, "stderr"), "wb") as err:  # docker's own errors, for _why
+            self._cli = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         close_fds=True)
+        return self._cli
+
+    def _started(self) -> None:
+        """Read the container's id once the runtime answered (the CLI wrote it before starting it)."""
+        try:
+            with open(os.path.join(self._cid_dir, "cid")) as f:
+                self.container_id = f.read().strip() or None
+        except OSError:
+            pass  # the container was never made
+
+    def _why(self) -> str:
+        try:
+            with open(os.path.join(self._cid_dir or "/nonexistent", "stderr"), errors="replace") as f:
+                said = [line.strip() for line in f.read()[-2000:].splitlines()
+                        if line.strip() and not line.startswith(("Run 'docker", "See 'docker"))]
+        except OSError:
+            said = []
+        return f"docker run: {said[-1].removeprefix('docker: ')}" if said else super()._why()
 
     def _teardown(self) -> None:
         """Remove the container and wait until it is gone (its auto-removal may be under way)."""
         import docker
 
-        if self.container is None:
+        if self._cid_dir is not None:
+            if self.container_id is None:
+                self._started()  # a start that failed once its container was made
+            shutil.rmtree(self._cid_dir, ignore_errors=True)
+            self._cid_dir = None
+        cli, self._cli = self._cli, None
+        if self.container_id is None:
             return
-        cid, self.container = self.container.id, None
+        cid, self.container_id = self.container_id, None
+        if cli is not None and cli.returncode == 0:
+            return  # the runtime ended and the CLI saw its container removed (--rm)
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline:
             try:
@@ -153,15 +220,19 @@ class DockerWorkspace(RuntimeWorkspace):
         log.warning("workspace container %s was not removed within 30 s", cid[:12])
 
 
-def _fsize(storage_mb: int) -> Any:
-    import docker
-
-    size = int(storage_mb) << 20
-    return docker.types.Ulimit(name="fsize", soft=size, hard=size)
+_images: dict[tuple[str | None, str | None], str] = {}
 
 
 def image_for(client: Any, spec: WorkspaceSpec) -> str:
-    """The image a workspace of ``spec`` starts from (see the module docstring), built when missing."""
+    """The image a workspace of ``spec`` starts from (see the module docstring), built when missing; found
+    once per process and spec (an image removed under a running process fails its next start in one line)."""
+    key = (spec.dockerfile, spec.context)
+    if key not in _images:
+        _images[key] = _find_image(client, spec)
+    return _images[key]
+
+
+def _find_image(client: Any, spec: WorkspaceSpec) -> str:
     from .docker_base import build_base_image
 
     if spec.dockerfile is None:

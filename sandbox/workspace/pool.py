@@ -8,6 +8,9 @@ background; with none ready it starts one now. The caller owns what it acquires 
 
 ``GraderPool`` does the same for grading: bare workspaces (started, holding nothing) that a grade fills
 with the sealed tree, so that grading does not wait for a start.
+
+``Closer`` closes workspaces whose processes have ended (sealed, or graded) in the background, so that
+nothing waits for a teardown (a container's removal, a namespace's end); its ``close()`` waits for them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,31 @@ from . import open_workspace
 from .base import Workspace, WorkspaceError, WorkspaceSpec
 
 log = logging.getLogger(__name__)
+
+
+class Closer:
+    """Background closes of workspaces whose processes have ended (see the module docstring)."""
+
+    def __init__(self, threads: int = 2) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentrl-ws-close")
+
+    def submit(self, ws: Workspace) -> None:
+        """Close ``ws`` in the background (here, when this closer is closing)."""
+        try:
+            self._pool.submit(_quiet_close, ws)
+        except RuntimeError:  # shut down: close it here
+            ws.close()
+
+    def close(self) -> None:
+        """Wait for every close submitted."""
+        self._pool.shutdown(wait=True)
+
+
+def _quiet_close(ws: Workspace) -> None:
+    try:
+        ws.close()
+    except Exception as e:  # noqa: BLE001 - a teardown that failed is logged; the episode is over
+        log.warning("closing a workspace in the background failed: %s", e)
 
 
 class WorkspacePool:
@@ -126,7 +154,7 @@ class GraderPool:
         self._ready: dict[WorkspaceSpec, deque[Future]] = {}  # insertion order: least recently used first
         self._lock = threading.Lock()
         self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-grader-pool")
-        self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-grader-close")
+        self._closer = Closer(threads=1)
         self.closed = False
         self.hits = self.misses = 0
 
@@ -166,10 +194,7 @@ class GraderPool:
     def release(self, ws: Workspace) -> None:
         """Close ``ws`` (one it handed out, graded: its processes have ended) in the background, so that the
         grade does not wait for its teardown (a container's removal); :meth:`close` waits for it."""
-        try:
-            self._closer.submit(ws.close)
-        except RuntimeError:  # the pool is closing: close it here
-            ws.close()
+        self._closer.submit(ws)
 
     def close(self) -> None:
         """End every bare workspace still waiting and every one released (those handed out and not released
@@ -181,7 +206,7 @@ class GraderPool:
         for fut in pending:
             _close_started(fut)
         self._starter.shutdown(wait=True)
-        self._closer.shutdown(wait=True)
+        self._closer.close()
 
     def __deepcopy__(self, memo: dict[int, object]) -> GraderPool:  # an env's per-episode copies share it
         return self

@@ -1,7 +1,7 @@
 """The host's side of a workspace runtime (``sandbox/_runtime/_workspace.py``): requests over its pipes.
 
 Both backends run the same runtime: the local one as a process of this host that builds its own
-walls, Docker inside the container (through ``docker exec -i``). :class:`RuntimeWorkspace` speaks
+walls, Docker as the container's main process (through ``docker run -i``). :class:`RuntimeWorkspace` speaks
 its protocol and implements every :class:`~sandbox.workspace.base.Workspace` method on top; a
 backend only starts the process (``_launch``) and ends what it made (``_teardown``). Trees travel
 as raw frames straight between the runtime and a :class:`~sandbox.workspace.base.Tree`'s spooled
@@ -58,6 +58,7 @@ class RuntimeWorkspace(Workspace):
             cfg = {"uid": uid, "grader_uid": self._grader_uid(uid), "limits": _limits(spec), "workdir": "/",
                    "env": {}, "owner": os.getpid(), "tree_workdir": spec.workdir}
             self.info = self._request(cfg, 120.0, first=True)["ready"]
+            self._started()
             if not bare:
                 self._prepare(tree)
         except BaseException:
@@ -100,6 +101,9 @@ class RuntimeWorkspace(Workspace):
             self._step(step)
 
     # ---------------------------------------------------------------- start
+    def _started(self) -> None:
+        """Called once the runtime answered its configuration (a backend reads what its start made)."""
+
     def _prepare(self, tree: Tree | None) -> None:
         if tree is None:
             self._build()

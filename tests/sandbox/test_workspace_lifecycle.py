@@ -201,3 +201,65 @@ def test_the_grader_pool_on_docker(tmp_path):
         assert got == [verify(spec, t, str(tmp_path), backend="docker").reward for t in trees] == [1.0, 0.0]
         assert pool.hits + pool.misses == 2
     assert not any(_clean_within(os.getpid(), 30).values())
+
+
+def test_a_docker_workspace_is_its_containers_main_process_and_is_gone_once_closed():
+    """One ``docker run -i``: the runtime is the container's pid 1 (no watcher, no ``docker exec``); the image's
+    Python has its byte-code (a start does not compile the standard library); the container is removed by the
+    time ``close`` returns, and no temporary file of the start is left."""
+    if not _docker():
+        pytest.skip("no Docker daemon")
+    import tempfile
+
+    from sandbox.workspace.docker import _client, labelled_containers
+
+    before = set(os.listdir(tempfile.gettempdir()))
+    ws = open_workspace(WorkspaceSpec(name="main process"), "docker")
+    try:
+        assert "_workspace" in ws.exec("tr '\\0' ' ' < /proc/1/cmdline").output
+        cached = ws.exec("ls /usr/lib/python3*/__pycache__ | grep -c 'json\\|tarfile\\|re\\.'").output
+        assert int(cached) >= 2, cached
+        cid = ws.container_id
+        assert cid in {c.id for c, _ in labelled_containers(_client())}
+    finally:
+        ws.close()
+    assert cid not in {c.id for c, _ in labelled_containers(_client())}
+    assert not {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("agentrl-ws-cid-")}
+
+
+def test_a_docker_start_that_docker_refuses_says_dockers_line(monkeypatch):
+    """An image that is not there (removed under a running process): the start fails at once in one line that
+    carries docker's own words (no pull from a registry is tried), and leaves nothing."""
+    if not _docker():
+        pytest.skip("no Docker daemon")
+    import sandbox.workspace.docker as docker_backend
+    from sandbox.workspace import WorkspaceError
+
+    monkeypatch.setattr(docker_backend, "image_for", lambda client, spec: "agentrl-no-such-image:gone")
+    t = time.monotonic()
+    with pytest.raises(WorkspaceError) as err:
+        open_workspace(WorkspaceSpec(name="refused"), "docker")
+    assert time.monotonic() - t < 30
+    msg = str(err.value)
+    assert "\n" not in msg and "docker run:" in msg and "agentrl-no-such-image" in msg.lower(), msg
+    assert not any(_clean_within(os.getpid(), 30).values())
+
+
+def test_sealed_workspaces_end_in_the_background_and_the_env_waits_for_them_when_closed():
+    """An episode's end seals its workspace (every process ends) and grades the tree without waiting for the
+    workspace's teardown; closing the env waits for every teardown under way: nothing is left."""
+    from environments.terminal.env import TerminalEnv
+
+    env = TerminalEnv(difficulty=1, max_turns=2)
+    closed = []
+    env.session.closer.submit = lambda ws, submit=env.session.closer.submit: (closed.append(ws), submit(ws))[1]
+    try:
+        for seed in range(3):
+            env.reset(seed=seed)
+            _, reward, terminated, _, info = env.step(env.reference_answer(env.task))
+            assert terminated and reward == 1.0 and not info.get("failed"), info
+        assert len(closed) == 3
+    finally:
+        env.close()
+    assert all(ws.closed for ws in closed)
+    assert not any(leftovers(os.getpid()).values())
