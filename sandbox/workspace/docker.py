@@ -161,8 +161,8 @@ class DockerWorkspace(RuntimeWorkspace):
         lim = self.spec.limits
         self._cid_dir = tempfile.mkdtemp(prefix="agentrl-ws-cid-")
         cidfile = os.path.join(self._cid_dir, "cid")
-        args = [docker_cli, "run", "-i", "--rm", "--sig-proxy=false", "--pull", "never", "--log-driver", "none", "--cidfile", cidfile,
-                "--label", f"{LABEL}=1", "--label", f"{OWNER}={owner_id()}",
+        args = [docker_cli, "run", "-i", "--rm", "--sig-proxy=false", "--pull", "never", "--log-driver", "none",
+                "--cidfile", cidfile, "--label", f"{LABEL}=1", "--label", f"{OWNER}={owner_id()}",
                 "--network", "bridge" if lim.allow_internet else "none",
                 "--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m", "--cpus", str(lim.cpus),
                 "--pids-limit", str(lim.max_processes), "--cap-drop", "ALL",

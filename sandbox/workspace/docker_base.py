@@ -7,8 +7,9 @@ the files ``dpkg`` lists for the workspace's tools (bash, coreutils, grep, sed, 
 diffutils, patch, git, python3, tar, gzip, bzip2, xz, procps, less, file) and every package they
 depend on, as installed on this host, plus the ``/etc/alternatives`` links among them, a generated
 ``/etc/passwd`` and ``/etc/group`` and the merged-/usr links; documentation, manuals and locales are
-left out; the standard library's byte-code (``__pycache__``) is in. Built once and cached by tag (a hash of the package versions and of this file); ``python
--m sandbox.workspace.docker_base`` builds it ahead of time. About 200 MB and half a minute.
+left out; the Python modules' byte-code (``__pycache__``) is in. Built once and cached by tag (a hash
+of the package versions and of this file); ``python -m sandbox.workspace.docker_base`` builds it ahead
+of time. About 200 MB and half a minute.
 """
 
 from __future__ import annotations
