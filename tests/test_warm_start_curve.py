@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import agentrl.training.warm_start as warm_start_module
 from agentrl.config import load_config
@@ -109,3 +110,26 @@ def test_the_viewer_reads_the_curve_rows_by_step(tmp_path: Path) -> None:
                            {"step": 2, "loss": 1.5, "dev_accuracy": 0.25, "seconds": 0.2},
                            {"step": 3, "loss": None}]
     assert got["error"] == f"{CURVE_FILE}: 3 line(s) that are not rows skipped"
+
+
+def _adapters(trainer: Trainer) -> dict:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if ".lora_" in n}
+
+
+def test_seeds_of_rl_share_one_warm_start_and_the_held_out_tasks(tmp_path: Path, warm_cache: Path, capsys) -> None:
+    """``learner.seed`` seeds RL alone: runs that differ only there read one cached warm start, evaluate on
+    the same held-out tasks, and start RL alike whether the warm start was just made or read from the cache;
+    another seed draws other LoRA adapters and another task order."""
+    lora = WARM + ["learner.lora.r=4", "learner.lora.alpha=8"]
+    made = Trainer(load_config(DEMO, lora), run_dir=tmp_path / "made")
+    assert "warm start: loaded from cache" not in capsys.readouterr().out
+    read = Trainer(load_config(DEMO, lora + ["learner.seed=0"]), run_dir=tmp_path / "read")  # = data.seed
+    other = Trainer(load_config(DEMO, lora + ["learner.seed=7"]), run_dir=tmp_path / "other")
+    assert capsys.readouterr().out.count("warm start: loaded from cache") == 2
+    assert len(list((warm_cache / "warmstart").iterdir())) == 1  # one warm start for every seed of RL
+    a, b, c = _adapters(made), _adapters(read), _adapters(other)
+    assert a and all(torch.equal(a[n], b[n]) for n in a)  # made or read: RL starts alike
+    assert any(not torch.equal(a[n], c[n]) for n in a if ".lora_A." in n)  # another seed: other adapters
+    assert [t.id for t in made.eval_tasks] == [t.id for t in other.eval_tasks]  # the same held-out tasks
+    assert [t.id for t in made.tasks.next(8)] == [t.id for t in read.tasks.next(8)]
+    assert [t.id for t in made.tasks.next(8)] != [t.id for t in other.tasks.next(8)]

@@ -112,6 +112,10 @@ class LearnerConfig:
     """Training steps (batches)."""
     max_seconds: float = 0.0
     """Stop RL after this many seconds (0 = no limit); checked between steps."""
+    seed: int | None = None
+    """Seed of RL alone: the training tasks' order, the sampling and the initialisation after the warm start (LoRA
+    adapters, value head). None = ``data.seed``. The warm start, the tiny model and the held-out tasks follow
+    ``data.seed``, so runs that differ only here share one cached warm start and evaluate on the same tasks."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters (peft) instead of full fine-tuning; the reference is the base with adapters off."""
     gradient_checkpointing: bool = False

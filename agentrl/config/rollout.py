@@ -41,7 +41,8 @@ class DataConfig:
     prompts_per_step: int = 32
     """Tasks per training step (each sampled ``rollout.n_samples`` times)."""
     seed: int = 0
-    """Seed of task sampling, generation and initialisation."""
+    """Seed of the run: task sampling, generation and initialisation, the warm start and the held-out tasks
+    (``learner.seed``, when set, takes over RL's task order, sampling and initialisation)."""
     eval_tasks: int = 500
     """Held-out tasks per evaluation."""
 

@@ -158,3 +158,8 @@ class RunConfig:
     """Evaluation: ``agentrl eval`` and the evaluations during training."""
     run: BudgetConfig = field(default_factory=BudgetConfig)
     """The whole run's wall-clock budget (``run.max_seconds``)."""
+
+    @property
+    def rl_seed(self) -> int:
+        """The seed of RL: ``learner.seed``, or ``data.seed`` when it is unset."""
+        return self.data.seed if self.learner.seed is None else self.learner.seed

@@ -141,7 +141,7 @@ class PolicyWorker:
 
 
 class EngineWorker:
-    """One rollout engine; engine ``rank`` samples with seed ``data.seed + rank``."""
+    """One rollout engine; engine ``rank`` samples with seed ``learner.seed`` (or ``data.seed``) ``+ rank``."""
 
     def __init__(self, cfg: RunConfig, model_path: str, *, rank: int, world_size: int, threads: int) -> None:
         _setup_process(threads)
@@ -151,7 +151,7 @@ class EngineWorker:
         if resolve_engine(cfg.rollout.engine, batch, model_path=model_path) == "vllm":
             from agentrl.rollout.engines.vllm import VLLMEngine
 
-            self.engine: Any = VLLMEngine(model_path, seed=cfg.data.seed + rank, dtype=cfg.model.dtype,
+            self.engine: Any = VLLMEngine(model_path, seed=cfg.rl_seed + rank, dtype=cfg.model.dtype,
                                           enable_sleep_mode=cfg.cluster.colocate)
         else:
             from agentrl.models import load_causal_lm, load_tokenizer

@@ -125,7 +125,7 @@ def make_engine(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, *, 
         return HFEngine(model, tokenizer, max_batch_size=cfg.rollout.max_batch_size)
     from agentrl.rollout.engines.vllm import VLLMEngine  # lazy: vllm is optional
 
-    return VLLMEngine(model_path, seed=cfg.data.seed, dtype=cfg.model.dtype)
+    return VLLMEngine(model_path, seed=cfg.rl_seed, dtype=cfg.model.dtype)
 
 
 def sampling_params(cfg: RunConfig, greedy: bool = False) -> SamplingParams:

@@ -67,7 +67,7 @@ class Critic:
     def from_config(cls, cfg: RunConfig, model_path: str) -> Critic:
         """The critic of a run, initialised from ``model_path`` (the policy's checkpoint)."""
         model = ValueModel.from_pretrained(model_path, dtype=cfg.model.dtype,
-                                           trust_remote_code=cfg.model.trust_remote_code, seed=cfg.data.seed)
+                                           trust_remote_code=cfg.model.trust_remote_code, seed=cfg.rl_seed)
         return cls(model.to(resolve_device(cfg.model.device)), cfg.learner, cfg.algo)
 
     @property

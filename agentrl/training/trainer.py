@@ -93,6 +93,7 @@ class Trainer(TrainerWiring):
         self.warm = maybe_warm_start(cfg, self.model, self.tokenizer, self.model_path, self.env,
                                      lambda: make_env(cfg, cfg.env.dev_kwargs),
                                      max_seconds=self.budget.warm_start_seconds(), run_dir=self.run_dir)
+        seed_everything(cfg.rl_seed)  # RL from here: its own seed (learner.seed), the warm start made or read
         self.model = apply_lora(self.model, cfg.learner.lora)  # learner.lora.r > 0: adapters train, not the base
         self.reference = self.build_reference()
         self.critic = self.build_critic()
@@ -113,7 +114,7 @@ class Trainer(TrainerWiring):
         a = cfg.algo
         self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.kl_coef))
-        self.tasks = TaskSource(self.env, cfg.data.seed)
+        self.tasks = TaskSource(self.env, cfg.rl_seed)
         self.reward_model = self.build_reward_model()
         self.remote_reward = self.build_remote_reward()
         self.step_idx, self.resumed, self.last_metrics = 0, resume, {}
