@@ -14,6 +14,7 @@ from agentrl.evaluation.metrics import (
     evaluate,
     maj_at_k,
     majority_answer,
+    paired_lift,
     pass_at_k,
     summarize,
     tables,
@@ -33,6 +34,30 @@ ROOT = Path(__file__).resolve().parents[1]
 ])
 def test_pass_at_k_by_hand(n, c, k, want):
     assert pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+
+
+def test_paired_lift_by_hand_against_a_loop_and_on_degenerate_input():
+    """The lift of the evaluation after RL over the one before, paired task by task, and its standard error."""
+    got = paired_lift([1, 0, 1, 0], [1, 1, 0, 1])  # differences 0, 1, -1, 1: mean 0.25, variance 2.75 / 3
+    assert (got.lift, got.up, got.down) == (0.25, 2, 1) and got.se == pytest.approx(math.sqrt(2.75 / 3 / 4))
+    ten = paired_lift([0.0] * 100, [1.0] * 10 + [0.0] * 90)  # ten more solved of 100, none lost
+    assert ten.lift == pytest.approx(0.1) and ten.se == pytest.approx(0.0301511, abs=1e-6)
+    rng = __import__("random").Random(7)
+    for n in (2, 3, 17, 100):
+        b = [rng.choice([0.0, 0.25, 0.5, 1.0]) for _ in range(n)]
+        a = [rng.choice([0.0, 0.25, 0.5, 1.0]) for _ in range(n)]
+        d = [x - y for x, y in zip(a, b)]
+        mean = sum(d) / n
+        se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+        got = paired_lift(b, a)
+        assert got.lift == pytest.approx(mean) and got.se == pytest.approx(se)
+        assert (got.up, got.down) == (sum(x > 0 for x in d), sum(x < 0 for x in d))
+    assert paired_lift([1.0], [0.0]) == paired_lift([1.0], [0.0]) and paired_lift([1.0], [0.0]).se == 0.0
+    assert paired_lift([0.5] * 5, [0.5] * 5).se == 0.0  # nothing moved: no spread
+    with pytest.raises(ValueError, match="same tasks twice, got 2 and 3"):
+        paired_lift([1, 0], [1, 0, 1])
+    with pytest.raises(ValueError, match="got 0 and 0"):
+        paired_lift([], [])
 
 
 def test_pass_at_k_equals_the_binomial_formula_and_stays_stable():

@@ -146,9 +146,14 @@ def test_greedy_and_sampled_success_side_by_side(tmp_path, capsys):
     summary = {"eval_before": 0.4, "eval_after": 0.5, "rl_seconds": 12.0, "eval_tasks": 10, "eval_samples": 1,
                "eval_greedy": True, "temperature": 1.0, "sampled_before": 0.013, "sampled_after": 0.1}
     assert closing_line(summary, True, 3).endswith("+-0.158; sampled (temperature 1, 1 per task) 0.013 -> 0.100")
+    paired = closing_line({**summary, "eval_lift": {"lift": 0.1, "se": 0.0302, "up": 1, "down": 0}}, True, 3)
+    assert "+-0.158; lift paired by task +0.100, standard error 0.030 (1 tasks up, 0 down); sampled" in paired
     cfg = load_config(DEMO, SMALL + ["learner.total_steps=2", "log.eval_every=1"])
     out = Trainer(cfg, run_dir=tmp_path).fit()
     assert out["sampled_before"] is not None and 0 <= out["sampled_after"] <= 1
+    lift = out["eval_lift"]  # the same held-out tasks before and after, paired
+    assert lift["lift"] == pytest.approx(out["eval_after"] - out["eval_before"]) and lift["se"] >= 0
+    assert lift["lift"] == pytest.approx((lift["up"] - lift["down"]) / out["eval_tasks"])  # one episode a task
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval/accuracy" in r]
     assert ["eval/sampled_accuracy" in r for r in evals] == [True, False, False, True]  # before, 1, 2, after

@@ -59,6 +59,32 @@ def sample_correct(traj: Trajectory) -> bool:
     return float(components.get("correct", traj.reward)) >= 1.0
 
 
+@dataclass(frozen=True)
+class PairedLift:
+    """How accuracy moved between two evaluations of the same tasks, paired task by task."""
+
+    lift: float
+    """Mean over tasks of (after - before), each a task's mean correctness."""
+    se: float
+    """Standard error of ``lift``: the differences' sample standard deviation / sqrt(tasks) (0 for one task)."""
+    up: int
+    """Tasks whose correctness rose."""
+    down: int
+    """Tasks whose correctness fell."""
+
+
+def paired_lift(before: Sequence[float], after: Sequence[float]) -> PairedLift:
+    """The lift of ``after`` over ``before`` (per-task mean correctness, the same tasks in the same order).
+
+    Pairing removes what the tasks share: on 100 tasks at 0.8, ten more solved and none lost is a lift of
+    0.10 with a paired standard error of 0.03, where the two accuracies' own errors are 0.04 each."""
+    if len(before) != len(after) or not before:
+        raise ValueError(f"paired_lift needs the same tasks twice, got {len(before)} and {len(after)} results")
+    d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+    return PairedLift(float(d.mean()), se, int((d > 0).sum()), int((d < 0).sum()))
+
+
 # ---------------------------------------------------------------------------------- records
 @dataclass
 class TaskResult:

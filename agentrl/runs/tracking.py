@@ -215,6 +215,9 @@ def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step
         errors = [math.sqrt(p * (1 - p) / n) for p in (before, after) if 0 <= p <= 1]  # NaN: not measured
         how = "greedy" if summary.get("eval_greedy") else f"sampled ({summary.get('eval_samples', 1)} per task)"
         line += f"; {how} on {tasks} held-out tasks" + (f", standard error +-{max(errors):.3f}" if errors else "")
+    if lift := summary.get("eval_lift"):  # the same tasks before and after: the lift's own error is smaller
+        line += (f"; lift paired by task {lift['lift']:+.3f}, standard error {lift['se']:.3f} ({lift['up']} tasks "
+                 f"up, {lift['down']} down)")
     if summary.get("sampled_after") is not None:  # what RL's samples see: a weak signal when far below greedy
         was = summary.get("sampled_before")
         line += (f"; sampled (temperature {summary.get('temperature', 1.0):g}, 1 per task) "

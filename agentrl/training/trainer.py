@@ -28,7 +28,7 @@ from agentrl.algorithms import (
 from agentrl.config import RunConfig
 from agentrl.env import fixed_tasks
 from agentrl.evaluation.held_out import held_out_warning
-from agentrl.evaluation.metrics import eval_params, summarize, task_results
+from agentrl.evaluation.metrics import eval_params, paired_lift, summarize, task_results
 from agentrl.models import load_policy
 from agentrl.rollout.async_rollout import RolloutBatch, VersionedEngine
 from agentrl.rollout.build import make_engine, make_env, make_executor, resolve_model_path, sampling_params
@@ -106,6 +106,7 @@ class Trainer(TrainerWiring):
                        if cfg.rollout.async_ and cfg.cluster.mode == "local" else None)  # Ray: RayTrainer's fleet
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
+        self.eval_correct: list[float] = []  # the last evaluation's mean correctness per held-out task
         if warning := held_out_warning(cfg.env.id, self.env, self.eval_tasks, cfg.env.eval_kwargs):
             print(warning, file=sys.stderr, flush=True)  # evaluation on training data: said, not hidden
         self.learner = self.build_learner()
@@ -303,7 +304,9 @@ class Trainer(TrainerWiring):
         e, started, params = self.cfg.eval, time.monotonic(), eval_params(self.cfg)
         trajs = self._held_out("evaluating", 1000, e.n_samples, params)
         self.samples.eval(self.step_idx, self.eval_tasks, trajs, e.n_samples, self.version)
-        metrics = summarize(task_results(self.eval_tasks, trajs, e.n_samples, "eval"), e.k)
+        results = task_results(self.eval_tasks, trajs, e.n_samples, "eval")
+        self.eval_correct = [sum(r.correct) / len(r.correct) for r in results]  # per task, for the paired lift
+        metrics = summarize(results, e.k)
         if sampled and e.sampled and params.temperature == 0:  # one sampled episode per task beside it
             trajs = self._held_out("sampling", 2000, 1, sampling_params(self.cfg))
             metrics["sampled_accuracy"] = summarize(task_results(self.eval_tasks, trajs, 1, "eval"), [1])["accuracy"]
@@ -372,12 +375,15 @@ class Trainer(TrainerWiring):
             else:
                 before = self.evaluate(sampled=True)
                 tracker.log(self.step_idx, before)
+            correct_before = None if self.resumed else self.eval_correct
             tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
             rl_seconds = self._rl_steps(tracker)
             if self.stop_signal is not None:
                 return self._stopped(tracker, before, rl_seconds)
-            after = self.evaluate(sampled=True) if self.step_idx > self.start_step or self.resumed else before
+            evaluated = self.step_idx > self.start_step or self.resumed
+            after = self.evaluate(sampled=True) if evaluated else before
             tracker.log(self.step_idx, after)
+            lift = paired_lift(correct_before, self.eval_correct) if evaluated and correct_before else None
         finally:
             self.tracker = None
             tracker.close()
@@ -391,6 +397,7 @@ class Trainer(TrainerWiring):
                    "eval_greedy": eval_params(cfg).temperature == 0, "temperature": cfg.rollout.temperature,
                    "sampled_before": before.get("eval/sampled_accuracy"),
                    "sampled_after": after.get("eval/sampled_accuracy"),
+                   "eval_lift": None if lift is None else dict(vars(lift)),
                    "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
         line = closing_line(summary, self.warm is not None, self.step_idx - self.start_step, self.start_step)
         print(line + (f"; {self.budget.summary()}" if self.budget.active else ""), flush=True)
