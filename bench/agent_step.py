@@ -9,7 +9,8 @@ runs) ``--warmup`` times unmeasured, then ``--steps`` times, on the config's war
 warm start is read from the cache; a config whose warm start is not cached makes it first, minutes).
 The phase table says where a step's seconds go (``bench/_phases.py``: wall seconds per phase summed over
 the env worker threads, so phases that overlap can sum past the step). ``--before DIR`` (a ``git
-worktree`` of an earlier commit) runs the same steps there in the same rounds, alternating which goes
+worktree`` of an earlier commit) runs the same steps there in the same rounds (with that checkout's own
+copy of the config when the config is a file of this repository), alternating which goes
 first; the table has both and the ratio of their median step times. ``--flame OUT.svg`` records the
 whole run with py-spy (every thread and the workspace runtimes; ``pip install py-spy``) as a flame
 graph. Run on a quiet machine, one compute process at a time.
@@ -65,9 +66,20 @@ def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int
             "phases": phases.rows(steps)}
 
 
+def config_at(root: str, config: str) -> str:
+    """The checkout's own copy of ``config`` when it is a file of this repository (so each checkout runs
+    the config as it stood there), else ``config``."""
+    try:
+        own = Path(root) / Path(config).relative_to(ROOT)
+    except ValueError:
+        return config
+    return str(own) if own.is_file() else config
+
+
 def run_worker(root: str, args: argparse.Namespace) -> dict:
+    config = config_at(root, args.config)
     code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import agent_step as b; "
-            f"print('BENCH' + json.dumps(b.worker({root!r}, {args.config!r}, {args.overrides!r}, "
+            f"print('BENCH' + json.dumps(b.worker({root!r}, {config!r}, {args.overrides!r}, "
             f"{args.steps}, {args.warmup})))")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env, timeout=7200)
@@ -78,16 +90,17 @@ def run_worker(root: str, args: argparse.Namespace) -> dict:
 
 
 def table(runs: dict[str, list[dict]]) -> str:
-    out = ["| checkout | round | median step s | steps | rounds of refill (mean) | reward (mean) |",
-           "|---|---:|---:|---:|---:|---:|"]
+    out = ["| checkout | round | median step s | mean step s | steps | rounds of refill (mean) | reward (mean) |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
     for name, results in runs.items():
         for i, r in enumerate(results):
-            out.append(f"| {name} | {i + 1} | {statistics.median(r['step_s']):.2f} | {len(r['step_s'])} | "
-                       f"{statistics.mean(r['generated']):.1f} | {statistics.mean(r['reward']):.3f} |")
+            out.append(f"| {name} | {i + 1} | {statistics.median(r['step_s']):.2f} | {statistics.mean(r['step_s']):.2f} "
+                       f"| {len(r['step_s'])} | {statistics.mean(r['generated']):.1f} | {statistics.mean(r['reward']):.3f} |")
     if len(runs) == 2:
         (a, ra), (b, rb) = runs.items()
-        med = {n: statistics.median([s for r in rs for s in r["step_s"]]) for n, rs in runs.items()}
-        out.append(f"\nmedian step: {a} {med[a]:.2f} s, {b} {med[b]:.2f} s: {b} / {a} = {med[b] / med[a]:.2f}x")
+        for what, f in (("median", statistics.median), ("mean", statistics.mean)):  # async steps vary: the mean
+            v = {n: f([s for r in rs for s in r["step_s"]]) for n, rs in runs.items()}  # is the throughput
+            out.append(f"\n{what} step: {a} {v[a]:.2f} s, {b} {v[b]:.2f} s: {b} / {a} = {v[b] / v[a]:.2f}x")
     for name, results in runs.items():
         last = results[-1]
         out += [f"\n{name}: where a step goes (last round; phases summed over threads)", "",

@@ -21,8 +21,9 @@ task's verifier in a fresh workspace, with its tests copied in only then). The r
 grader's; a grader that could not run (``Verdict.error``) marks the sample failed (``info["failed"]``:
 it leaves the loss, as failed samples do) rather than scoring it 0. A tree larger than the task's
 storage (``TreeTooLarge``) is the agent's doing: 0, ungraded. An env whose untouched tree is known to
-fail (``unchanged_reward``, e.g. RepoRepair's: its build checked that the bug fails the tests) scores a
-final tree byte-identical to the built one with that reward, without running the verifier.
+fail (``initial_tree_reward(task)``: ``unchanged_reward`` by default, e.g. RepoRepair's: its build checked
+that the bug fails the tests; Terminal-v0's: a check that only reads files fails on the task's files)
+scores a final tree byte-identical to the built one with that reward, without running the verifier.
 
 ``grade_cache`` grades each distinct final tree of a task once (:mod:`environments.grade_cache`: the
 samples of a group that end on byte-identical trees share one verdict; for deterministic verifiers only,
@@ -115,6 +116,11 @@ class WorkspaceEnv(TextEnv):
         """Grade the final tree of an episode on ``task`` (after every process of the agent is gone)."""
         raise NotImplementedError
 
+    def initial_tree_reward(self, task: Task) -> float | None:
+        """The reward of a final tree byte-identical to the task's built one when it is known without grading
+        (``unchanged_reward`` by default; None: grade it)."""
+        return self.unchanged_reward
+
     def system_prompt(self, workdir: str) -> str:
         """The system message: ``system_prompt`` (default: what the agent is and where, then the tools) with
         ``{workdir}`` and ``{tools}`` (the tools' schemas and how to call them, in the env's format) filled in."""
@@ -191,10 +197,10 @@ class WorkspaceEnv(TextEnv):
                 self.session.release(ws)
             else:
                 ws.close()
+        known = self.initial_tree_reward(self.task) if tree is not None and tree.unchanged is True else None
         if tree is not None:
-            unchanged = self.unchanged_reward is not None and tree.unchanged is True
-            verdict = Verdict(self.unchanged_reward, output="not graded: the tree is the task's initial tree") \
-                if unchanged else self.graded(self.task, tree)
+            verdict = Verdict(known, output="not graded: the tree is the task's initial tree, known to fail") \
+                if known is not None else self.graded(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
                                "error": verdict.error, "files": list(verdict.files)},

@@ -137,5 +137,17 @@ class TerminalEnv(GeneratedEnv):
         for p in g.files:  # write_task makes every .sh executable; a task's files start as the family says
             (out / "environment" / "app" / p).chmod(0o755 if p in g.executable else 0o644)
 
+    def initial_tree_reward(self, task: Task) -> float | None:
+        """0 when a check that only reads files fails on the task's own files (the verifier's
+        ``run_checks`` without its command checks, on the task directory's ``environment/app``: what the
+        workspace is built from), so an untouched final tree is scored without a grade; None (grade it)
+        when only a command check can tell (the script-repair families)."""
+        t = self.harbor_task(task)
+        app = t.environment_dir / "app"
+        if not app.is_dir():
+            return None
+        spec = json.loads((t.tests_dir / "spec.json").read_text(encoding="utf-8"))
+        return 0.0 if checks.run_checks({**spec, "workdir": str(app)}, commands=False) else None
+
     def reference_calls(self, task: Task) -> list[tuple[str, dict[str, Any]]]:
         return [("bash", {"command": c}) for c in self.generated(task).solution]

@@ -19,6 +19,7 @@ from environments.terminal.catalog import load_all
 from environments.terminal.env import TerminalEnv, generate, split_of
 from environments.terminal.families import Draw
 from environments.tool_parsers import render_calls
+from sandbox.workspace import open_workspace
 
 FAMILIES = list(load_all())
 # commands a random shell user might type: none of them does a task's work
@@ -60,6 +61,33 @@ def test_family_conformance(env: TerminalEnv, family: str) -> None:
         env.reset(options={"task": task})
         _, reward, *_ = env.step(action)
         assert reward == 0.0, (family, action)
+
+
+REPAIR = {"fix_python_script", "fix_shell_script"}  # only their command checks can tell an untouched tree
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_untouched_tree_scores_what_its_grade_gives(env: TerminalEnv, family: str) -> None:
+    """The reward an untouched final tree gets without a grade (a check that reads files fails on the task's
+    own files) is the grade it gets: the built tree, sealed, graded in a workspace all the same; the
+    episode that submits at once takes the shortcut (its record says so) and scores the same."""
+    for level in (1, 3, 5):
+        task = env.task_named(f"terminal-{family}-d{level}-{FAMILIES.index(family) + 40 * level:x}")
+        known = env.initial_tree_reward(task)
+        assert (known is None) == (family in REPAIR), (family, level, known)
+        ws = open_workspace(env.workspace_spec(task), env.backend)
+        try:
+            tree = ws.seal()
+        finally:
+            ws.close()
+        assert tree.unchanged is True
+        graded = env.grade(task, tree)
+        assert graded.error is None and graded.reward == 0.0, (family, level, graded.output)
+        env.reset(options={"task": task})
+        _, reward, terminated, _, info = env.step(render_calls("hermes", [("submit", {})]))
+        assert terminated and reward == 0.0 and "failed" not in info
+        output = info["trajectory_info"]["verifier"]["output"]
+        assert output.startswith("not graded") == (known is not None), output
 
 
 @pytest.mark.parametrize("family", FAMILIES)
