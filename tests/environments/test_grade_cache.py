@@ -56,7 +56,8 @@ def test_same_tree_graded_once_a_different_tree_graded_again():
             e.reset(options={"task": task})
             rewards.append(e.step(action)[1])
         assert rewards == [1.0, 1.0, 0.0, 1.0]
-        assert env.grades.stats() == {"hits": 2, "misses": 2}  # the oracle's tree once, the untouched tree once
+        # the oracle's tree once; the untouched tree never (a file check fails on the task's files)
+        assert env.grades.stats() == {"hits": 2, "misses": 1}
     finally:
         env.close()
 
@@ -117,7 +118,8 @@ def test_graders_started_ahead_grade_the_episodes_of_the_env_and_its_copies():
         tasks = [env.sample_task(env.np_random) for _ in range(3)]
         rewards = []
         for task in tasks:
-            for action in (env.reference_answer(task), render_calls(env.tool_parser, [("submit", {})])):
+            wrong = render_calls(env.tool_parser, [("bash", {"command": "echo 0 > wrong.txt"}), ("submit", {})])
+            for action in (env.reference_answer(task), wrong):  # two trees that are graded (neither untouched)
                 e = clone_env(env)
                 assert e.graders is env.graders
                 e.reset(options={"task": task})
