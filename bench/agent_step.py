@@ -7,11 +7,13 @@ seconds go, and the same step on another checkout, A/B interleaved.
 Each round runs, in a fresh process per checkout, ``Trainer.step()`` (the code ``agentrl train``
 runs) ``--warmup`` times unmeasured, then ``--steps`` times, on the config's warm-started policy (its
 warm start is read from the cache; a config whose warm start is not cached makes it first, minutes).
-The phase table says where a step's seconds go (``bench/_phases.py``: wall seconds per phase summed over
-the env worker threads, so phases that overlap can sum past the step). ``--before DIR`` (a ``git
+The CPU column is the whole machine's busy CPU seconds per measured step (``/proc/stat``: the
+workspaces, verifiers and an async rollout process count; so does anything else running). The phase
+table says where a step's seconds go (``bench/_phases.py``: wall seconds per phase summed over the env
+worker threads, so phases that overlap can sum past the step). ``--before DIR`` (a ``git
 worktree`` of an earlier commit) runs the same steps there in the same rounds (with that checkout's own
 copy of the config when the config is a file of this repository), alternating which goes
-first; the table has both and the ratio of their median step times. ``--flame OUT.svg`` records the
+first; the table has both and the ratios of their median and mean step times. ``--flame OUT.svg`` records the
 whole run with py-spy (every thread and the workspace runtimes; ``pip install py-spy``) as a flame
 graph. Run on a quiet machine, one compute process at a time.
 """
@@ -49,7 +51,9 @@ def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int
         for _ in range(warmup):
             trainer.step()
         phases.reset()
+        busy = machine_cpu_s()
         metrics = [trainer.step() for _ in range(steps)]
+        cpu_per_step = (machine_cpu_s() - busy) / steps
         trainer.rollouts.close()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -63,7 +67,15 @@ def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int
             "generated": [m.get("dynamic/refill_rounds", 0.0) for m in metrics],
             "reward": [m.get("reward/mean", float("nan")) for m in metrics],
             "stages": {k: statistics.mean(m.get(k, 0.0) for m in metrics) for k in stages},
-            "phases": phases.rows(steps)}
+            "phases": phases.rows(steps), "cpu_s": cpu_per_step}
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy (``/proc/stat``: every process and the kernel), so that a
+    step's CPU counts its workspaces, verifiers and rollout process too."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def config_at(root: str, config: str) -> str:
@@ -90,12 +102,13 @@ def run_worker(root: str, args: argparse.Namespace) -> dict:
 
 
 def table(runs: dict[str, list[dict]]) -> str:
-    out = ["| checkout | round | median step s | mean step s | steps | rounds of refill (mean) | reward (mean) |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = ["| checkout | round | median step s | mean step s | CPU s a step (machine) | steps | rounds of refill (mean) "
+           "| reward (mean) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, results in runs.items():
         for i, r in enumerate(results):
             out.append(f"| {name} | {i + 1} | {statistics.median(r['step_s']):.2f} | {statistics.mean(r['step_s']):.2f} "
-                       f"| {len(r['step_s'])} | {statistics.mean(r['generated']):.1f} | {statistics.mean(r['reward']):.3f} |")
+                       f"| {r['cpu_s']:.2f} | {len(r['step_s'])} | {statistics.mean(r['generated']):.1f} "
+                       f"| {statistics.mean(r['reward']):.3f} |")
     if len(runs) == 2:
         (a, ra), (b, rb) = runs.items()
         for what, f in (("median", statistics.median), ("mean", statistics.mean)):  # async steps vary: the mean
