@@ -199,7 +199,7 @@ class WorkspaceEnv(TextEnv):
                 ws.close()
         known = self.initial_tree_reward(self.task) if tree is not None and tree.unchanged is True else None
         if tree is not None:
-            verdict = Verdict(known, output="not graded: the tree is the task's initial tree, known to fail") \
+            verdict = Verdict(known, output=f"not graded: the tree is the task's initial tree, known to score {known:g}") \
                 if known is not None else self.graded(self.task, tree)
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
