@@ -197,10 +197,10 @@ class WorkspaceEnv(TextEnv):
                 self.session.release(ws)
             else:
                 ws.close()
-        known = self.initial_tree_reward(self.task) if tree is not None and tree.unchanged is True else None
         if tree is not None:
-            verdict = Verdict(known, output=f"not graded: the tree is the task's initial tree, known to score {known:g}") \
-                if known is not None else self.graded(self.task, tree)
+            known = self.initial_tree_reward(self.task) if tree.unchanged is True else None
+            verdict = self.graded(self.task, tree) if known is None else \
+                Verdict(known, output=f"not graded: the tree is the task's initial tree, known to score {known:g}")
         record = {"commands": list(self.session.commands), "outputs": list(self.session.outputs), "diff": diff,
                   "verifier": {"reward": verdict.reward, "rewards": dict(verdict.rewards), "output": verdict.output,
                                "error": verdict.error, "files": list(verdict.files)},

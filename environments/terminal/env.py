@@ -142,12 +142,11 @@ class TerminalEnv(GeneratedEnv):
         ``run_checks`` without its command checks, on the task directory's ``environment/app``: what the
         workspace is built from), so an untouched final tree is scored without a grade; None (grade it)
         when only a command check can tell (the script-repair families)."""
-        t = self.harbor_task(task)
-        app = t.environment_dir / "app"
+        app = self.harbor_task(task).environment_dir / "app"
         if not app.is_dir():
             return None
-        spec = json.loads((t.tests_dir / "spec.json").read_text(encoding="utf-8"))
-        return 0.0 if checks.run_checks({**spec, "workdir": str(app)}, commands=False) else None
+        spec = {"workdir": str(app), "checks": list(self.generated(task).checks)}  # spec.json's checks, cached
+        return 0.0 if checks.run_checks(spec, commands=False) else None
 
     def reference_calls(self, task: Task) -> list[tuple[str, dict[str, Any]]]:
         return [("bash", {"command": c}) for c in self.generated(task).solution]
