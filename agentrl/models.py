@@ -163,6 +163,8 @@ def check_model_source(path: str, key: str = "model.path") -> None:
     from agentrl.config.loading import check_model_path
 
     p = Path(path).expanduser()
+    if p.is_dir() and path not in ("tiny", *ALIASES):
+        check_model_dir(p, key)
     if path == "tiny" or path in ALIASES or p.exists():
         return
     parent = p.parent if str(p.parent) not in ("", ".") else Path(".")
@@ -177,6 +179,26 @@ def check_model_source(path: str, key: str = "model.path") -> None:
     if reason:
         raise ConfigError(f"{key}: {path!r} is not a directory, and as a hub id it is not in the local Hugging Face "
                           f"cache while {reason} (named models: tiny, {', '.join(ALIASES)})")
+
+
+MODEL_DIR_MARKERS = ("config.json", "adapter_config.json", "checkpoints", "policy")
+"""What makes a directory loadable as ``model.path`` / ``--model``: a Hugging Face model (its ``config.json``), a
+peft adapter, a run directory (its latest checkpoint) or a checkpoint directory (its ``policy``)."""
+
+
+def check_model_dir(path: Path, key: str = "model.path") -> None:
+    """One line, before any loading, on a directory that holds no model (see ``MODEL_DIR_MARKERS``); a cached
+    warm start (its weights without a config) is named as such."""
+    from agentrl.config import ConfigError
+
+    if any((path / m).exists() for m in MODEL_DIR_MARKERS):
+        return
+    if (path / "model.safetensors").is_file() and (path / "result.json").is_file():
+        raise ConfigError(f"{key}: {str(path)!r} is a cached warm start (its weights, without the model's config "
+                          f"or tokenizer); agentrl train with the config that made it loads it and reports its "
+                          f"held-out accuracy before RL")
+    raise ConfigError(f"{key}: {str(path)!r} holds no model: no config.json (give a Hugging Face model directory, "
+                      f"a run or checkpoint directory, a .gguf file, a hub id such as org/name, or tiny)")
 
 
 def hub_unreachable(repo_id: str, timeout_s: float = 3.0) -> str | None:

@@ -42,6 +42,22 @@ def test_missing_model_path_says_no_such_directory(capsys, tmp_path):
     assert code == 2 and "--model: no such directory './runs/none'" in one_line(err)
 
 
+def test_a_directory_without_a_model_is_one_line(capsys, tmp_path):
+    """An empty directory, or a cached warm start (its weights without config or tokenizer), as --model or
+    model.path: one line before any loading (was the tokenizer library's traceback)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, err = run_cli(capsys, "eval", "--model", str(empty))
+    assert code == 2 and f"--model: '{empty}' holds no model: no config.json" in one_line(err)
+    warm = tmp_path / "warmstart" / "0123abcd"
+    warm.mkdir(parents=True)
+    (warm / "model.safetensors").write_bytes(b"")
+    (warm / "result.json").write_text("{}")
+    code, err = run_cli(capsys, "train", CONFIG, f"model.path={warm}", "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "model.path: " in one_line(err) and "is a cached warm start" in err
+    assert not (tmp_path / "r").exists()  # nothing made before the check
+
+
 def test_a_hub_id_that_is_not_there_is_one_line(capsys, tmp_path, on_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub from tests
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
