@@ -18,6 +18,16 @@ def test_group_norm_by_hand():
     assert torch.allclose(out, torch.tensor([0.70711, -0.70711, -0.70711, 0.70711, 0.0]), atol=1e-4)
 
 
+def test_weight_negative_by_hand():
+    adv = torch.tensor([[0.5, -1.0, 0.0], [-2.0, 3.0, -0.25]])
+    assert A.weight_negative(adv, 1.0) is adv  # off: the same tensor
+    assert torch.equal(A.weight_negative(adv, 0.0), torch.tensor([[0.5, 0.0, 0.0], [0.0, 3.0, 0.0]]))
+    assert torch.equal(A.weight_negative(adv, 0.25), torch.tensor([[0.5, -0.25, 0.0], [-0.5, 3.0, -0.0625]]))
+    # a degenerate group (all equal rewards) has zero advantages: unchanged, no NaN
+    zero = A.group_norm_scores(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([0, 0, 0]))
+    assert torch.equal(A.weight_negative(zero, 0.0), torch.zeros(3))
+
+
 def test_dr_grpo_and_rloo_by_hand():
     r = torch.tensor([1.0, 0.0, 0.0, 2.0])
     g = torch.tensor([7, 7, 7, 7])
@@ -193,6 +203,15 @@ def test_group_scores_match_loop(kind):
     _, _, r, g = _rand_batch()
     fn = {"group_norm": A.group_norm_scores, "dr_grpo": A.dr_grpo_scores, "rloo": A.rloo_scores}[kind]
     assert torch.allclose(fn(r, g), _loop_group_scores(kind, r, g), atol=1e-5)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_weight_negative_matches_loop(weight):
+    gen, mask, r, g = _rand_batch(3)
+    adv, _ = A.compute_advantages("group_norm", r, g, mask)
+    out = A.weight_negative(adv, weight)
+    loop = [[a * weight if a < 0 else a for a in row] for row in adv.tolist()]
+    assert torch.allclose(out, torch.tensor(loop), atol=0) and not torch.isnan(out).any()
 
 
 def test_returns_and_gae_match_loop():

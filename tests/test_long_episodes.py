@@ -317,6 +317,24 @@ def test_old_configs_and_one_final_reward_give_the_old_advantages_and_gradient(t
         assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads[0], g))
 
 
+@pytest.mark.parametrize("turn_gamma", [None, 1.0])
+def test_neg_adv_weight_damps_only_the_negative_advantages(tok, turn_gamma):
+    """algo.neg_adv_weight scales the negative advantages of either credit path and keeps the positive ones."""
+    episodes = []
+    for k, reward in enumerate((1.0, 0.0, 0.0, 0.0)):
+        env = GuessNumberEnv(rounds=1, guesses=4, high=50)
+        ex = MultiTurnExecutor(env, Guesser(tok, 9 * k), tok, SamplingParams(max_new_tokens=8))
+        [t] = ex.run([Task(id=f"t{k}", prompt=env._prompt(), answer="50", metadata={"numbers": [50]})])
+        t.reward, t.group_id, t.turn_rewards = reward, 0, [0.0] * (len(t.turn_rewards) - 1) + [reward]
+        episodes.append(t)
+    exp = Experience.from_trajectories(episodes, tok.pad_token_id)
+    full, _ = batch_advantages(exp, AlgoConfig(turn_gamma=turn_gamma))
+    assert (full[0][exp.action_mask[0] > 0] > 0).all() and (full[1:][exp.action_mask[1:] > 0] < 0).all()
+    for w in (0.0, 0.5):
+        adv, _ = batch_advantages(exp, AlgoConfig(turn_gamma=turn_gamma, neg_adv_weight=w))
+        assert torch.equal(adv[0], full[0]) and torch.allclose(adv[1:], full[1:] * w)
+
+
 def test_a_context_policy_implies_turn_samples():
     """truncate|compact made the user also set rollout.samples=turn, its only valid value (issue 46, 7)."""
     from agentrl.config import load_config
@@ -332,6 +350,8 @@ def test_a_context_policy_implies_turn_samples():
     (["rollout.samples=step"], "valid: episode, turn"),
     (["algo.turn_gamma=1.5"], "expected a discount in (0, 1]"),
     (["algo.step_adv_weight=-1"], "expected a weight >= 0"),
+    (["algo.neg_adv_weight=-0.5"], "algo.neg_adv_weight: expected a weight in [0, 1]"),
+    (["algo.neg_adv_weight=2"], "algo.neg_adv_weight: expected a weight in [0, 1]"),
     (["algo.turn_gamma=0.9", "algo.estimator=gae"], "not gae"),
     (["algo.turn_gamma=0.9", "algo.gamma=0.99"], "leave algo.gamma"),
     (["rollout.samples=turn", "rollout.context.policy=truncate", "algo.estimator=ppo"], "use an outcome estimator"),

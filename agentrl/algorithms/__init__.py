@@ -14,6 +14,7 @@ from agentrl.algorithms.advantages import (
     reinforce_baseline_scores,
     rloo_scores,
     token_level_rewards,
+    weight_negative,
 )
 from agentrl.algorithms.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl_penalty
 from agentrl.algorithms.losses import (
@@ -59,5 +60,5 @@ __all__ = [
     "POLICY_LOSSES", "cispo_loss", "sapo_loss", "correction_weights", "mis_keep", "mismatch_metrics",
     "staleness_metrics", "tis_weights",
     "TURN_ESTIMATORS", "compute_turn_advantages", "episode_scores", "episode_turn_scores", "scatter_turns",
-    "step_group_scores", "turn_returns", "turn_scores",
+    "step_group_scores", "turn_returns", "turn_scores", "weight_negative",
 ]

@@ -120,6 +120,15 @@ def episode_scores(score_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     return score_fn(per_reward, per_group)[inverse]
 
 
+def weight_negative(advantages: torch.Tensor, weight: float) -> torch.Tensor:
+    """``advantages`` (any shape) with every negative entry times ``weight`` (1: unchanged, the same tensor;
+    0: only positive advantages left). Positive-sample reinforcement when 0; between 0 and 1 the push-down of
+    worse-than-baseline samples is damped while the push-up of better ones is kept."""
+    if weight == 1.0:
+        return advantages
+    return torch.where(advantages < 0, advantages * weight, advantages)
+
+
 def compute_advantages(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor,
                        mask: torch.Tensor, *, values: torch.Tensor | None = None,
                        kl: torch.Tensor | None = None, kl_coef: float = 0.0, gamma: float = 1.0,

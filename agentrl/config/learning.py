@@ -42,6 +42,10 @@ class AlgoConfig:
     """Drop prompt groups whose rewards are all equal (they carry no group-relative signal)."""
     adv_eps: float = 1e-6
     """Epsilon in group normalisation."""
+    neg_adv_weight: float = 1.0
+    """Weight of negative advantages (1: the plain policy gradient; 0: only the better-than-baseline samples are
+    reinforced; between: the push-down of worse samples damped). On a peaked policy one update lowers a failed
+    sample's log-prob by nats while a successful one gains hundredths (docs/configuration.md)."""
     max_refill_rounds: int = 0
     """With drop_zero_std_groups: extra rollout rounds that refill the batch to data.prompts_per_step groups."""
     overlong_buffer: int = 0

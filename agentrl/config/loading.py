@@ -247,6 +247,9 @@ def check_credit_and_context(cfg: Any) -> None:
         raise ConfigError(f"algo.turn_gamma: expected a discount in (0, 1] (or null: off), got {algo.turn_gamma!r}")
     if algo.step_adv_weight < 0:
         raise ConfigError(f"algo.step_adv_weight: expected a weight >= 0 (0: off), got {algo.step_adv_weight!r}")
+    if not 0 <= algo.neg_adv_weight <= 1:
+        raise ConfigError(f"algo.neg_adv_weight: expected a weight in [0, 1] (1: the plain policy gradient; 0: only "
+                          f"better-than-baseline samples reinforced), got {algo.neg_adv_weight!r}")
     if turn_credit and algo.estimator == "gae":
         raise ConfigError("algo.turn_gamma / algo.step_adv_weight: turn-level credit works with the outcome "
                           "estimators (group_norm, rloo, dr_grpo, reinforce, reinforce_baseline), not gae")

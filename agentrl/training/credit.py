@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.algorithms import compute_advantages, compute_turn_advantages
+from agentrl.algorithms import compute_advantages, compute_turn_advantages, weight_negative
 from agentrl.config import AlgoConfig
 from agentrl.training.experience import Experience
 
@@ -25,6 +25,12 @@ def batch_advantages(exp: Experience, algo: AlgoConfig, kl: torch.Tensor | None 
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns (B,A) of ``exp`` under ``algo``; ``kl`` (B,A) is the per-token KL penalty when
     the KL is in the reward (None otherwise)."""
+    advantages, returns = _advantages(exp, algo, kl, kl_coef)
+    return weight_negative(advantages, algo.neg_adv_weight), returns
+
+
+def _advantages(exp: Experience, algo: AlgoConfig, kl: torch.Tensor | None, kl_coef: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     if uses_turn_credit(algo):
         e = exp.episodes
         if e is None or exp.episode_ids is None or exp.turn_ids is None:
