@@ -13,8 +13,9 @@ saw and what to change (``agentrl.doctor.report``):
 6. ``grader``: a workspace env's grader resists the audit's attacks (grader.py);
 7. ``cost``: seconds per phase, tokens per step, the projected step, the memory plan (cost.py).
 
-``agentrl train`` runs the cheap checks (1, 3) on its first batch (``first_step_check``) and stops on a
-fail. docs/doctor.md has the figures of the shipped configs."""
+``agentrl train`` runs the cheap checks (1, 3) on its first batch and ``update`` (update.py: the first update
+with a reward signal moves the log-probs the way the rewards say) on its first such update
+(``first_step_check``), and stops on a fail. docs/doctor.md has the figures of the shipped configs."""
 
 from __future__ import annotations
 

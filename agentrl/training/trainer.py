@@ -100,6 +100,7 @@ class Trainer(TrainerWiring):
         self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
         self.doctor = None if doctor is None else doctor(self.tokenizer, getattr(self.env, "feedback_role", "user"))
+        self.update_doctor: Any = None  # set by the first batch's checks: ``wants``, ``update``
         if doctor is not None and hasattr(self.executor, "keep_observations"):
             self.executor.keep_observations = True  # the first batch's prompts and feedback texts, for the doctor
         eval_engine = (make_engine(cfg, self.model, self.tokenizer, self.model_path, local_async=True)
@@ -272,8 +273,15 @@ class Trainer(TrainerWiring):
                 metrics.update(offpolicy_metrics(exp, self.version, self.cfg.algo, self.cfg.rollout.max_staleness))
             with t("advantages"):
                 metrics.update(self.advantages(exp))
+            # the first update with a signal (rewards that differ in a group), under the doctor: log-probs before
+            watch = self.update_doctor is not None and self.update_doctor.wants(batch, exp)
+            before = self.learner.logprobs(exp) if watch else None
             with t("update"):
                 metrics.update(self.update(exp))
+            if watch:
+                with t("doctor"):
+                    check, self.update_doctor = self.update_doctor, None
+                    check.update(batch, exp, before, self.learner.logprobs(exp))
             if "kl" in metrics:
                 self.kl_ctl.update(metrics["kl"], len(exp))
         self.version += 1  # every step publishes a version, so the rollout worker's schedule never stalls
@@ -289,13 +297,14 @@ class Trainer(TrainerWiring):
         return metrics
 
     def first_step_checks(self, batch: list[Trajectory], exp: Experience | None) -> None:
-        """The doctor's cheap checks on the first batch (raises on a fail); the executor stops keeping the texts
-        they needed."""
+        """The doctor's cheap checks on the first batch (raises on a fail), then the first update's direction is
+        watched (``update_doctor``); the executor stops keeping the texts they needed."""
         check, self.doctor = self.doctor, None
         if hasattr(self.executor, "keep_observations"):
             self.executor.keep_observations = False
         if exp is not None:
             check(batch, exp)
+            self.update_doctor = check if hasattr(check, "update") else None  # then the first update's direction
 
     def evaluate(self, sampled: bool = False) -> dict[str, float]:
         """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was.
