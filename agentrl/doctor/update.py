@@ -8,22 +8,29 @@ reward minus its group's mean (the rewards, not the advantages: an estimator tha
 advantages the update follows faithfully). To first order the change of sample i is the learning rate times
 the inner product of its gradient with the advantage-weighted sum of all of them, so a sound update
 correlates positively with the centred reward. It fails on a clear reversal (correlation below
-``FAIL_CORRELATION`` over at least ``MIN_SAMPLES`` compared samples), warns on a change too small to read or
-an unclear direction (a loss dominated by KL or entropy terms, a critic's baseline), and skips a batch in
-which no group's rewards differ.
+``FAIL_CORRELATION`` and beyond chance, ``FAIL_T``, over at least ``MIN_SAMPLES`` compared samples), warns
+on a change too small to read or an unclear direction (a loss dominated by KL or entropy terms, a critic's
+baseline, numeric noise), and skips a batch in which no group's rewards differ.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from agentrl.doctor.report import Check
 
 FAIL_CORRELATION = -0.2
-"""Below this correlation of log-prob change and advantage the first update went the wrong way: fail."""
+"""Below this correlation of log-prob change and centred reward the first update went the wrong way..."""
+
+FAIL_T = 3.5
+"""... when the reversal is also beyond chance: its t statistic ``r sqrt((n-2)/(1-r^2))`` below -FAIL_T (a
+correlation of numeric noise, e.g. bf16 forwards at a tiny learning rate, only warns). At 8 samples that is
+r < -0.82, at 80 r < -0.37."""
 
 MIN_SAMPLES = 8
-"""Fewer samples than this: a reversal only warns (a correlation of a handful of points is noise)."""
+"""Fewer compared samples than this: a reversal only warns."""
 
 MIN_CHANGE = 1e-6
 """Mean absolute change of a sample's log-prob (nats) under which the update did not move the policy."""
@@ -75,11 +82,14 @@ def check_update(rewards: torch.Tensor, group_ids: torch.Tensor, mask: torch.Ten
                      "step: nothing trains", details)
     if corr > 0:
         return Check("update", "pass", moved, details=details)
-    if corr < FAIL_CORRELATION and rel.numel() >= MIN_SAMPLES:
+    n = rel.numel()
+    t = corr * math.sqrt(max(n - 2, 0) / max(1.0 - corr * corr, 1e-12))
+    details["t"] = t
+    if corr < FAIL_CORRELATION and n >= MIN_SAMPLES and t < -FAIL_T:
         return Check("update", "fail", moved, "the update goes against the rewards: a sign error in the "
                      "estimator or the loss, or samples paired with other episodes' rewards", details)
     return Check("update", "warn", moved, "the log-prob changes do not follow the rewards: a loss dominated "
-                 "by other terms (KL, entropy), a critic's baseline, or a batch too small to tell", details)
+                 "by other terms (KL, entropy), a critic's baseline, numeric noise, or a batch too small to tell", details)
 
 
 def _mean(x: torch.Tensor) -> float:

@@ -36,6 +36,12 @@ def test_verdicts_by_hand() -> None:
     big = lambda t: t.repeat(2, *([1] * (t.dim() - 1)))  # noqa: E731 - the same batch twice: 8 samples
     failed = check_update(big(R), big(G), big(MASK), big(before), -big(after))
     assert failed.status == "fail" and "sign error" in failed.advice and failed.details["correlation"] < -0.8
+    assert failed.details["t"] < -3.5
+    gen = torch.Generator().manual_seed(0)  # noise: 64 samples whose changes are unrelated to their rewards
+    r64, g64, m64 = torch.randint(0, 2, (64,), generator=gen).double(), torch.arange(64) // 8, torch.ones(64, 3)
+    noisy = [check_update(r64, g64, m64, torch.zeros(64, 3), torch.randn(64, 3, generator=gen) * 1e-3).status
+             for _ in range(200)]
+    assert "fail" not in noisy and noisy.count("pass") > 50  # a chance correlation never stops a run
     still = check_update(R, G, MASK, before, before + 1e-9)
     assert still.status == "warn" and "unchanged" in still.summary
     assert check_update(torch.ones(4), G, MASK, before, after).status == "skip"  # all rewards equal
