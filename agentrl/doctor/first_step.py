@@ -1,7 +1,7 @@
 """The doctor's cheap checks on ``agentrl train``'s first batch (token exactness and the loss mask: a fail
-stops the run before its first update) and on its first update (the log-probs move the way the advantages
-say: a fail stops the run after it), each in one line; ``--no-doctor`` skips them. The report is the run
-directory's ``doctor.json`` either way (``agentrl view`` shows it)."""
+stops the run before its first update) and on its first update with a reward signal (the log-probs move
+the way the rewards say: a fail stops the run after it), each in one line; ``--no-doctor`` skips them. The
+report is the run directory's ``doctor.json`` either way (``agentrl view`` shows it)."""
 
 from __future__ import annotations
 
