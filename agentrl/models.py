@@ -163,9 +163,11 @@ def check_model_source(path: str, key: str = "model.path") -> None:
     from agentrl.config.loading import check_model_path
 
     p = Path(path).expanduser()
-    if p.is_dir() and path not in ("tiny", *ALIASES):
-        check_model_dir(p, key)
-    if path == "tiny" or path in ALIASES or p.exists():
+    if path == "tiny" or path in ALIASES:
+        return
+    if p.exists():
+        if p.is_dir():
+            check_model_dir(p, key)
         return
     parent = p.parent if str(p.parent) not in ("", ".") else Path(".")
     names = ["tiny", *ALIASES] + ([c.name for c in parent.iterdir() if c.is_dir()] if parent.is_dir() else [])

@@ -275,7 +275,8 @@ class Trainer(TrainerWiring):
                 metrics.update(self.advantages(exp))
             # the first update with a signal (rewards that differ in a group), under the doctor: log-probs before
             watch = self.update_doctor is not None and self.update_doctor.wants(batch, exp)
-            before = self.learner.logprobs(exp) if watch else None
+            before = (exp.old_logprobs if exp.old_logprobs is not None else self.learner.logprobs(exp)) if watch \
+                else None  # old log-probs, when the batch has them, are these
             with t("update"):
                 metrics.update(self.update(exp))
             if watch:
