@@ -56,6 +56,7 @@ from environments.workspace_tools import WorkspaceSession, call_line, workspace_
 from sandbox.workspace import BACKENDS, Tree, TreeTooLarge, WorkspaceSpec
 from sandbox.workspace.grading import Verdict
 from sandbox.workspace.pool import GraderPool, WorkspacePool
+from sandbox.workspace.recycle import Recycler
 
 AGENT_PROMPT = (
     "You are an agent working in a Linux computer (bash, coreutils, grep, sed, awk, find, diff, patch, git and "
@@ -99,9 +100,12 @@ class WorkspaceEnv(TextEnv):
         self.grades = GradeCache() if grade_cache else None  # shared by the copies (a deep copy is itself)
 
     @property
-    def graders(self) -> GraderPool | None:
-        """The grading workspaces started ahead (``grader_pool``), shared by the env's copies; None when off."""
-        return self.session.graders
+    def graders(self) -> GraderPool | Recycler | None:
+        """Where grading workspaces come from, shared by the env's copies: those started ahead (``grader_pool``),
+        else the session's recycled runtimes (the local backend), else None (each grade starts its own)."""
+        if self.session.graders is not None:
+            return self.session.graders
+        return self.session.closer if isinstance(self.session.closer, Recycler) else None
 
     # ------------------------------------------------------------------ what a subclass gives
     def workspace_spec(self, task: Task) -> WorkspaceSpec:

@@ -36,6 +36,7 @@ from typing import Any
 from environments.tools import Tool, ToolCallError
 from sandbox.workspace import Workspace, WorkspaceSpec, open_workspace
 from sandbox.workspace.pool import Closer, WorkspacePool
+from sandbox.workspace.recycle import Recycler
 
 MAX_FILE_BYTES = 1 << 20  # read_file shows and str_replace edits at most this much of a file
 CUT_MARK = "\n[... {n} characters cut ...]\n"
@@ -64,9 +65,11 @@ class WorkspaceSession:
     """
 
     def __init__(self, backend: str = "local", pool: WorkspacePool | None = None, graders: Any = None,
-                 closer: Closer | None = None) -> None:
+                 closer: Closer | None = None, recycle: bool = True) -> None:
         self.backend, self.pool, self.graders = backend, pool, graders  # graders: a GraderPool (or None)
-        self.closer = closer or Closer()  # sealed workspaces end in the background
+        # sealed workspaces end in the background; with ``recycle`` (the local backend) their runtimes are
+        # reset and start the next episodes (``sandbox.workspace.recycle``)
+        self.closer = closer or (Recycler(backend) if recycle and backend == "local" else Closer())
         self.owns_pool = True  # a copy uses the pools; the session that made them closes them
         self.spec: WorkspaceSpec | None = None
         self.agent_timeout_s: float | None = None
@@ -94,7 +97,12 @@ class WorkspaceSession:
         if self._ws is None:
             if self.spec is None:
                 raise RuntimeError("WorkspaceSession.start(spec) was not called")
-            self._ws = self.pool.acquire(self.spec) if self.pool else open_workspace(self.spec, self.backend)
+            if self.pool:
+                self._ws = self.pool.acquire(self.spec)
+            elif isinstance(self.closer, Recycler):
+                self._ws = self.closer.open(self.spec)
+            else:
+                self._ws = open_workspace(self.spec, self.backend)
         return self._ws
 
     def time_left(self) -> float:

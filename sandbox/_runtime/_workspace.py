@@ -357,10 +357,10 @@ def max_rss_kb() -> int:
 def serve(rt: Runtime) -> str:
     """Answer requests until the input ends, the TTL or the idle timeout; the reason."""
     ttl_end = time.monotonic() + float(rt.limits["ttl_s"])
-    last = time.monotonic()
+    last, idle_s = time.monotonic(), float(rt.limits["idle_s"])
     while True:
         now = time.monotonic()
-        wait = min(ttl_end - now, last + float(rt.limits["idle_s"]) - now)
+        wait = min(ttl_end - now, last + idle_s - now)
         if wait <= 0:
             return "ttl" if ttl_end <= now else "idle"
         fds = [0] + ([rt.shell_out] if rt.shell_out >= 0 else [])
@@ -371,13 +371,42 @@ def serve(rt: Runtime) -> str:
             req = read_frame(0)
             if req is None:
                 return "closed"
-            last = time.monotonic()
+            last, idle_s = time.monotonic(), float(rt.limits["idle_s"])
+            if req.get("op") == "reset":
+                fresh, out = reset(rt, req)
+                write_frame(1, out)
+                if fresh is None:
+                    return "reset failed"
+                rt, ttl_end = fresh, time.monotonic() + float(fresh.limits["ttl_s"])
+                idle_s = float(req.get("park_s", idle_s))  # parked: ends sooner unless the next episode comes
+                continue
             try:
                 out = rt.handle(req)
             except Exception as e:  # noqa: BLE001 - one failed request is the host's to report
                 out = {"error": f"{type(e).__name__}: {e}"}
             write_frame(1, out)
         rt.reap()
+
+
+def reset(rt: Runtime, req: dict) -> tuple[Runtime | None, dict]:
+    """The runtime made ready for another episode (local mode; the host's ``LocalWorkspace.recycle``): every
+    process of the last one ended, new ipc and network namespaces, a fresh root (``_ws_root.renew``), the new
+    agent and grader uids ``req`` names, a fresh shell state; its answer is a start's. (None, the error)
+    when that cannot be done for certain: the runtime then ends, as a closed one does."""
+    try:
+        if rt.cfg.get("container"):
+            raise RuntimeError("only a local workspace is reset")
+        rt.stop_shell()
+        files.end_all(rt.keep, rt.reap)
+        left = [p for p in processes() if p not in rt.keep]
+        if left:
+            raise RuntimeError(f"{len(left)} processes of the episode are still there")
+        cfg = {**rt.cfg, "uid": int(req["uid"]), "grader_uid": int(req["grader_uid"])}
+        _ws_root.renew(cfg)
+        fresh = Runtime(cfg, rt.cgroup_fds)
+    except Exception as e:  # noqa: BLE001 - the host closes this runtime instead
+        return None, {"error": f"the workspace could not be reset: {type(e).__name__}: {e}"}
+    return fresh, {"ready": {"pid": os.getpid(), "uid": fresh.uid}}
 
 
 def main() -> None:

@@ -184,6 +184,18 @@ def _wait(pid: int, dirs: dict[str, str]) -> None:
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF if status else 0)
 
 
+def renew(cfg: dict) -> None:
+    """Walls for the runtime's next episode, once every process of the last has ended (``reset``): new ipc
+    and network namespaces (nothing an agent left in either, a SysV segment, a POSIX queue, an abstract
+    socket, reaches the next episode) and a fresh root built as the first was, from the current root's
+    read-only parts (the pid namespace, the cgroups and this process stay)."""
+    internet = cfg["limits"]["allow_internet"]
+    unshare(CLONE_NEWIPC | (0 if internet else CLONE_NEWNET))
+    if not internet:
+        loopback_up()
+    build_root(cfg, renewing=True)
+
+
 def loopback_up() -> None:
     """Bring ``lo`` up in the new network namespace (its own loopback; the host's is not reachable)."""
     siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
@@ -194,8 +206,9 @@ def loopback_up() -> None:
 
 
 # ------------------------------------------------------------------ the root filesystem
-def build_root(cfg: dict) -> None:
-    """Build the workspace's root on a tmpfs and pivot into it (see the module docstring)."""
+def build_root(cfg: dict, renewing: bool = False) -> None:
+    """Build the workspace's root on a tmpfs and pivot into it (see the module docstring); ``renewing``: from
+    a root built before (its ``/usr`` bind already holds the empty ``/usr/local``)."""
     uid, storage = cfg["uid"], int(cfg["limits"]["storage_mb"])
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     new = "/tmp"  # a mount point that exists everywhere; the host's /tmp is untouched (private mounts)
@@ -209,7 +222,7 @@ def build_root(cfg: dict) -> None:
     for d in ("run/agentrl", "root", "logs/agent", "logs/verifier"):
         os.chown(f"{new}/{d}", uid, uid)
     _bind_ro("/usr", f"{new}/usr")
-    if os.path.isdir("/usr/local"):
+    if os.path.isdir("/usr/local") and not renewing:
         mount("tmpfs", f"{new}/usr/local", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=16k,mode=755")
     for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         if os.path.islink(f"/{d}"):

@@ -20,7 +20,7 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from .base import Tree, WorkspaceError, WorkspaceSpec
 from .runtime import RUNTIME_DIR, RuntimeWorkspace
@@ -35,20 +35,72 @@ class LocalWorkspace(RuntimeWorkspace):
 
     backend = "local"
 
-    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None, bare: bool = False) -> None:
+    def __init__(self, spec: WorkspaceSpec, tree: Tree | None = None, bare: bool = False,
+                 parked: Parked | None = None) -> None:
         if os.geteuid() != 0 or not sys.platform.startswith("linux"):
             raise WorkspaceError("the local workspace backend needs root on Linux (namespaces and cgroups); "
                                  "use backend=docker")
+        self._parked = parked  # a runtime reset by :meth:`recycle`: started already, with ``spec.limits``
         super().__init__(spec, tree, bare)
+
+    def _start_runtime(self) -> dict[str, Any]:
+        if self._parked is None:
+            return super()._start_runtime()
+        (self.proc, info), self._parked = self._parked, None
+        return info
 
     def _launch(self) -> Any:
         return zygote().spawn()
+
+    def recycle(self, park_s: float = 10.0) -> Parked | None:
+        """End this workspace for its user and keep its runtime for another episode of the same limits: the
+        runtime's ``reset`` (every process of the episode killed and checked gone, new ipc and network
+        namespaces, a fresh root, a new agent uid; ``_runtime/_workspace.py``); hand it to
+        ``LocalWorkspace(spec, parked=...)``. Parked, the runtime ends by itself after ``park_s`` without a
+        request (then its spec's ``idle_s`` again). None when that cannot be done for certain (closed, a request
+        failed or timed out, the reset failed): the workspace is then closed as usual."""
+        if self.closed or self.broken or self.proc is None or self.proc.poll() is not None:
+            self.close()
+            return None
+        uid = self._uid()
+        try:
+            info = self._request({"op": "reset", "uid": uid, "grader_uid": self._grader_uid(uid), "park_s": park_s},
+                                 60.0, first=True)["ready"]
+        except WorkspaceError:
+            self.close()
+            return None
+        parked, self.proc = Parked(self.proc, info), None
+        self.closed = True
+        return parked
 
     def _uid(self) -> int:
         return UID_BASE + (os.getpid() % 100_000) * 1000 + next(_serial) % 1000
 
     def _grader_uid(self, uid: int) -> int:
         return uid + GRADER_OFFSET
+
+
+class Parked(NamedTuple):
+    """A local workspace's runtime between episodes (:meth:`LocalWorkspace.recycle`)."""
+
+    proc: Forked
+    info: dict[str, Any]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def end(self) -> None:
+        """End the runtime (as a workspace's close does)."""
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Forked:

@@ -16,6 +16,7 @@ nothing waits for a teardown (a container's removal, a namespace's end); its ``c
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -32,18 +33,29 @@ class Closer:
     """Background closes of workspaces whose processes have ended (see the module docstring)."""
 
     def __init__(self, threads: int = 2) -> None:
+        self.threads = threads
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentrl-ws-close")
+        self._owner = os.getpid()
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` in the background. In a forked child (the rollout worker process) the parent's threads
+        are gone and an inherited executor would queue work that never runs: the child makes its own."""
+        if self._owner != os.getpid():
+            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="agentrl-ws-close")
+            self._owner = os.getpid()
+        self._pool.submit(fn, *args)
 
     def submit(self, ws: Workspace) -> None:
         """Close ``ws`` in the background (here, when this closer is closing)."""
         try:
-            self._pool.submit(_quiet_close, ws)
+            self._run(_quiet_close, ws)
         except RuntimeError:  # shut down: close it here
             ws.close()
 
     def close(self) -> None:
-        """Wait for every close submitted."""
-        self._pool.shutdown(wait=True)
+        """Wait for every close submitted (by this process)."""
+        if self._owner == os.getpid():
+            self._pool.shutdown(wait=True)
 
 
 def _quiet_close(ws: Workspace) -> None:

@@ -51,13 +51,10 @@ class RuntimeWorkspace(Workspace):
         self._lock = threading.Lock()
         self.closed = False
         self.bare = bare
+        self.broken = False  # a request failed on the pipes (or timed out): the runtime is not to be trusted
         self.info: dict[str, Any] = {}
         try:
-            self.proc = self._launch()
-            uid = self._uid()
-            cfg = {"uid": uid, "grader_uid": self._grader_uid(uid), "limits": _limits(spec), "workdir": "/",
-                   "env": {}, "owner": os.getpid(), "tree_workdir": spec.workdir}
-            self.info = self._request(cfg, 120.0, first=True)["ready"]
+            self.info = self._start_runtime()
             self._started()
             if not bare:
                 self._prepare(tree)
@@ -82,6 +79,14 @@ class RuntimeWorkspace(Workspace):
             raise
 
     # ---------------------------------------------------------------- what a backend provides
+    def _start_runtime(self) -> dict[str, Any]:
+        """Start the runtime (``self.proc``) and configure it; its ``ready`` answer."""
+        self.proc = self._launch()
+        uid = self._uid()
+        cfg = {"uid": uid, "grader_uid": self._grader_uid(uid), "limits": _limits(self.spec), "workdir": "/",
+               "env": {}, "owner": os.getpid(), "tree_workdir": self.spec.workdir}
+        return self._request(cfg, 120.0, first=True)["ready"]
+
     def _launch(self) -> subprocess.Popen:
         raise NotImplementedError
 
@@ -262,6 +267,7 @@ class RuntimeWorkspace(Workspace):
                     self._receive(proc, receive, deadline)
                 out = self._answer(proc, deadline)
             except (BrokenPipeError, EOFError, OSError) as e:
+                self.broken = True
                 raise WorkspaceError(f"{self.spec.name}: the workspace ended ({self._why()})") from e
         if "error" in out:
             if user_error:
@@ -286,6 +292,7 @@ class RuntimeWorkspace(Workspace):
         while len(out) < n:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.broken = True
                 proc.kill()
                 raise WorkspaceError(f"{self.spec.name}: the workspace stopped answering")
             chunk = os.read(fd, n - len(out))

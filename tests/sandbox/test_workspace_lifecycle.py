@@ -247,7 +247,8 @@ def test_a_docker_start_that_docker_refuses_says_dockers_line(monkeypatch):
 
 def test_sealed_workspaces_end_in_the_background_and_the_env_waits_for_them_when_closed():
     """An episode's end seals its workspace (every process ends) and grades the tree without waiting for the
-    workspace's teardown; closing the env waits for every teardown under way: nothing is left."""
+    workspace's teardown (or its reset: the local backend recycles runtimes, graders' too); closing the env
+    waits for every teardown under way and ends the parked runtimes: nothing is left."""
     from environments.terminal.env import TerminalEnv
 
     env = TerminalEnv(difficulty=1, max_turns=2)
@@ -258,7 +259,7 @@ def test_sealed_workspaces_end_in_the_background_and_the_env_waits_for_them_when
             env.reset(seed=seed)
             _, reward, terminated, _, info = env.step(env.reference_answer(env.task))
             assert terminated and reward == 1.0 and not info.get("failed"), info
-        assert len(closed) == 3
+        assert len(closed) == 6  # each episode's workspace and its grader's
     finally:
         env.close()
     assert all(ws.closed for ws in closed)
