@@ -30,7 +30,6 @@ else 0). A check is a dict with ``kind`` and its fields (paths are relative to `
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -101,7 +100,7 @@ def check_one(check: dict, workdir: str) -> str | None:
         got = regular_bytes(path)
         if got is None:
             return f"{check['path']}: missing (or not a regular file)"
-        return None if hashlib.sha256(got).hexdigest() == check["sha256"] else f"{check['path']}: changed"
+        return None if _sha256(got) == check["sha256"] else f"{check['path']}: changed"
     if kind == "absent":
         return None if not os.path.lexists(path) else f"{check['path']}: should not exist"
     if kind == "files":
@@ -134,6 +133,12 @@ def check_one(check: dict, workdir: str) -> str | None:
     return f"unknown check kind {kind!r}"
 
 
+def _sha256(data: bytes) -> str:
+    import hashlib  # here: OpenSSL's start is a fifth of this interpreter's, and most tasks hash nothing
+
+    return hashlib.sha256(data).hexdigest()
+
+
 def check_tar(path: str, check: dict) -> str | None:
     import tarfile  # here: most tasks have no archive, and every grade starts this interpreter afresh
     if regular_bytes(path) is None:
@@ -148,7 +153,7 @@ def check_tar(path: str, check: dict) -> str | None:
                 if not m.isfile():
                     return f"{check['path']}: holds a member that is not a regular file: {name}"
                 f = tar.extractfile(m)
-                got[name.rstrip("/")] = hashlib.sha256(f.read() if f else b"").hexdigest()
+                got[name.rstrip("/")] = _sha256(f.read() if f else b"")
     except (tarfile.TarError, OSError, EOFError) as e:
         return f"{check['path']}: not a readable tar archive ({e})"
     return None if got == check["members"] else f"{check['path']}: wrong members or contents"

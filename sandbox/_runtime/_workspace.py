@@ -7,7 +7,8 @@ trees and archives travel as raw frames (``_ws_tree``) after the request that se
 ``restore``) or before the answer to one that reads one (``snapshot``, ``seal``), so that neither
 side ever holds a whole tree. The first frame is the configuration; the runtime answers ``{"ready": ...}``, then one answer per
 request. It exits at the end of its input (the host closed it or died), at its TTL, or after
-``idle_s`` without a request; in local mode its exit ends every process of the workspace.
+``idle_s`` without a request; in local mode its exit ends every process of the workspace. In local mode
+``reset`` readies it for another episode instead of ending it (see :func:`reset`).
 
 **The shell.** One ``bash`` with job control on (``set -m``: every command runs in its own process
 group), started with the first command (a grading workspace never starts one), reading commands from a pipe, its stdout and stderr one stream. A command is wrapped so that

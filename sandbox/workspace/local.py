@@ -7,6 +7,10 @@ with the host's ``/usr`` read-only, memory, pids and cpu cgroups) and runs the a
 uid of its own, never root. Closing its pipe ends it: the kernel then kills every process of the
 namespace and frees its mounts, so a workspace never outlives its owner (a SIGKILLed owner's pipe
 closes too). Cgroups left by a killed waiter are removed by the next workspace that starts.
+
+A runtime can also outlive its episode, reset (:meth:`LocalWorkspace.recycle`, :mod:`.recycle`): its
+processes killed and checked gone, new ipc and network namespaces, a fresh root, a new uid; the next
+workspace of the same limits starts in it without a fork, namespaces or cgroups of its own.
 """
 
 from __future__ import annotations

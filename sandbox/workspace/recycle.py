@@ -32,7 +32,7 @@ from .pool import Closer, bare_kind
 class Recycler(Closer):
     """Workspaces opened from recycled runtimes (see the module docstring)."""
 
-    def __init__(self, backend: str = "local", max_idle: int = 32, park_s: float = 10.0, threads: int = 1) -> None:
+    def __init__(self, backend: str = "local", max_idle: int = 64, park_s: float = 10.0, threads: int = 2) -> None:
         if max_idle < 0 or not park_s > 0:
             raise ValueError(f"a recycler needs max_idle >= 0 and park_s > 0, got {max_idle}, {park_s}")
         super().__init__(threads)
