@@ -139,7 +139,7 @@ def test_bench_readme_is_a_current_results_page() -> None:
     history of how the numbers were reached stays in git)."""
     text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
     sections = re.split(r"^## ", text, flags=re.M)[1:]
-    assert len(sections) >= 8 and len(text.splitlines()) < 350
+    assert len(sections) >= 8 and len(text.splitlines()) < 380  # ~18 lines a benchmark, 20 benchmarks
     for section in sections:
         title = section.splitlines()[0]
         assert re.search(r"`(python bench/|flock |make )[^`]*`", section), f"{title}: no command"

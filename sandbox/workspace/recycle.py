@@ -69,7 +69,7 @@ class Recycler(Closer):
 
     def _count(self) -> int:
         """Runtimes parked and alive (those that ended by themselves are let go); under the lock."""
-        for limits, queue in self._parked.items():
+        for queue in self._parked.values():
             for p in [p for p in queue if not p.alive()]:
                 p.end()
                 queue.remove(p)

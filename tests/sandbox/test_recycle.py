@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.workspace import WorkspaceLimits, WorkspaceSpec, open_workspace
+from sandbox.workspace import WorkspaceError, WorkspaceLimits, WorkspaceSpec, open_workspace
 from sandbox.workspace.grading import verify
 from sandbox.workspace.leftovers import leftovers
 from sandbox.workspace.recycle import Recycler
@@ -147,7 +147,7 @@ def test_a_runtime_that_failed_is_not_recycled_and_the_parked_are_bounded():
     with Recycler(max_idle=1) as r:
         broken = r.open(SPEC)
         os.kill(broken.proc.pid, 9)  # the runtime dies under its workspace
-        with pytest.raises(Exception):
+        with pytest.raises(WorkspaceError, match="ended"):
             broken.exec("true")
         assert broken.broken
         r.release(broken)
