@@ -87,11 +87,12 @@ class GeneratedEnv(HarborEnv):
     def __init__(self, *, name: str, backend: str = "local", max_turns: int = 10, tool_parser: str = "hermes",
                  command_timeout_s: float = 30.0, max_output_chars: int = 4000, max_calls_per_turn: int = 8,
                  system_prompt: str | None = None, pool_size: int = 0, grade_cache: bool = True,
-                 grader_pool: int = 0, cache_size: int = 1024, render_mode: str | None = None) -> None:
+                 grader_pool: int = 0, cache_size: int = 1024, recycle: bool = True,
+                 render_mode: str | None = None) -> None:
         WorkspaceEnv.__init__(self, backend=backend, max_turns=max_turns, tool_parser=tool_parser,
                               command_timeout_s=command_timeout_s, max_output_chars=max_output_chars,
                               max_calls_per_turn=max_calls_per_turn, system_prompt=system_prompt,
-                              pool_size=pool_size, grade_cache=grade_cache, grader_pool=grader_pool,
+                              pool_size=pool_size, grade_cache=grade_cache, grader_pool=grader_pool, recycle=recycle,
                               render_mode=render_mode)
         self.path, self.allow_internet = name, False
         self.problems: list[tuple[str, str]] = []

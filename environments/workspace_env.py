@@ -34,6 +34,9 @@ on for the generated suites, off by default for Harbor task folders).
 with the env that made it), so an episode's first tool call does not wait for a build. ``grader_pool`` > 0
 keeps that many grading workspaces started ahead per kind (:class:`sandbox.workspace.pool.GraderPool`:
 bare, same limits and workdir; the sealed tree is restored into one), so a grade does not wait for a start.
+``recycle`` (default on; the local backend) resets the runtime of an ended episode or grade and starts the next
+one in it instead of a new one (:mod:`sandbox.workspace.recycle`: nothing of the last episode survives the
+reset); ``recycle=false`` starts every workspace afresh.
 
 **The record.** Each step's ``info["calls"]`` lists that turn's calls (``name``, ``arguments``,
 ``result``, ``error``; the executors keep them as the trajectory's ``info["tool_calls"]``). The final
@@ -76,7 +79,7 @@ class WorkspaceEnv(TextEnv):
     def __init__(self, *, backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
                  system_prompt: str | None = None, pool_size: int = 0, grade_cache: bool = False,
-                 grader_pool: int = 0, render_mode: str | None = None) -> None:
+                 grader_pool: int = 0, recycle: bool = True, render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if backend not in BACKENDS:
             raise EnvError(f"backend={backend!r}: unknown workspace backend; valid: {', '.join(BACKENDS)}")
@@ -91,7 +94,7 @@ class WorkspaceEnv(TextEnv):
         self.backend, self.tool_parser, self.max_turns = backend, tool_parser, max_turns
         self.max_calls_per_turn, self.max_output_chars = max_calls_per_turn, max_output_chars
         self.session = WorkspaceSession(backend, WorkspacePool(backend, pool_size) if pool_size else None,
-                                        GraderPool(backend, grader_pool) if grader_pool else None)
+                                        GraderPool(backend, grader_pool) if grader_pool else None, recycle=recycle)
         self.tools = {t.name: t for t in workspace_tools(self.session, command_timeout_s, max_output_chars)}
         self.tools_text = tools_text(list(self.tools.values()), PROMPTS[tool_parser])
         self.prompt_template = system_prompt or AGENT_PROMPT + "\n\n{tools}"

@@ -77,12 +77,12 @@ class HarborEnv(WorkspaceEnv):
                  command_timeout_s: float = 60.0, max_output_chars: int = 10000, max_calls_per_turn: int = 8,
                  allow_internet: bool = False, tasks: list[str] | None = None, split: str = "train",
                  limit: int | None = None, skip_invalid: bool = False, system_prompt: str | None = None,
-                 pool_size: int = 0, grade_cache: bool = False, grader_pool: int = 0,
+                 pool_size: int = 0, grade_cache: bool = False, grader_pool: int = 0, recycle: bool = True,
                  render_mode: str | None = None) -> None:
         super().__init__(backend=backend, max_turns=max_turns, tool_parser=tool_parser,
                          command_timeout_s=command_timeout_s, max_output_chars=max_output_chars,
                          max_calls_per_turn=max_calls_per_turn, system_prompt=system_prompt, pool_size=pool_size,
-                         grade_cache=grade_cache, grader_pool=grader_pool, render_mode=render_mode)
+                         grade_cache=grade_cache, grader_pool=grader_pool, recycle=recycle, render_mode=render_mode)
         path = str(path).replace("{split}", split)
         self.path, self.allow_internet = path, allow_internet
         found, problems = find_in_folders(path)

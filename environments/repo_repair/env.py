@@ -79,11 +79,11 @@ class RepoRepairEnv(GeneratedEnv):
                  backend: str = "local", max_turns: int = 30, tool_parser: str = "hermes",
                  command_timeout_s: float = 120.0, max_output_chars: int = 8000, max_calls_per_turn: int = 8,
                  system_prompt: str | None = None, pool_size: int = 0, grade_cache: bool = True,
-                 grader_pool: int = 0, render_mode: str | None = None) -> None:
+                 grader_pool: int = 0, recycle: bool = True, render_mode: str | None = None) -> None:
         super().__init__(name="RepoRepair-v0", backend=backend, max_turns=max_turns, tool_parser=tool_parser,
                          command_timeout_s=command_timeout_s, max_output_chars=max_output_chars,
                          max_calls_per_turn=max_calls_per_turn, system_prompt=system_prompt, pool_size=pool_size,
-                         grade_cache=grade_cache, grader_pool=grader_pool, cache_size=256,
+                         grade_cache=grade_cache, grader_pool=grader_pool, recycle=recycle, cache_size=256,
                          render_mode=render_mode)
         if split not in SPLITS:
             raise EnvError(f"RepoRepair-v0: unknown split {split!r}; valid: {', '.join(SPLITS)}")

@@ -74,11 +74,11 @@ class TerminalEnv(GeneratedEnv):
                  *, backend: str = "local", max_turns: int = 10, tool_parser: str = "hermes",
                  command_timeout_s: float = 30.0, max_output_chars: int = 4000, max_calls_per_turn: int = 8,
                  system_prompt: str | None = None, pool_size: int = 0, grade_cache: bool = True,
-                 grader_pool: int = 0, render_mode: str | None = None) -> None:
+                 grader_pool: int = 0, recycle: bool = True, render_mode: str | None = None) -> None:
         super().__init__(name="Terminal-v0", backend=backend, max_turns=max_turns, tool_parser=tool_parser,
                          command_timeout_s=command_timeout_s, max_output_chars=max_output_chars,
                          max_calls_per_turn=max_calls_per_turn, system_prompt=system_prompt, pool_size=pool_size,
-                         grade_cache=grade_cache, grader_pool=grader_pool, render_mode=render_mode)
+                         grade_cache=grade_cache, grader_pool=grader_pool, recycle=recycle, render_mode=render_mode)
         levels = [difficulty] if isinstance(difficulty, int) else list(difficulty)
         if not levels or any(not isinstance(d, int) or not 1 <= d <= 5 for d in levels):
             raise EnvError(f"Terminal-v0: difficulty must be 1-5 or a list of them, got {difficulty!r}")

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import open_workspace
 from .base import BuildError, Tree, Workspace, WorkspaceError, WorkspaceLimits, WorkspaceSpec
-from .pool import Closer, bare_kind
+from .pool import Closer, _quiet_close, bare_kind
 
 
 class Recycler(Closer):
@@ -40,6 +40,7 @@ class Recycler(Closer):
         self._parked: dict[WorkspaceLimits, list[Any]] = defaultdict(list)
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._resetting = 0
         self._at_exit()
         self.closed = False
         self.reused = self.started = 0
@@ -54,6 +55,7 @@ class Recycler(Closer):
         """In a forked child: forget the parent's parked runtimes (theirs to end), start empty."""
         if self._pid != os.getpid():
             self._parked, self._lock, self._pid = defaultdict(list), threading.Lock(), os.getpid()
+            self._resetting = 0
             self._at_exit()
 
     def _take(self, limits: WorkspaceLimits) -> Any:
@@ -112,25 +114,29 @@ class Recycler(Closer):
             ws.close()
 
     def _recycle(self, ws: Workspace) -> None:
+        recycle = getattr(ws, "recycle", None)
+        with self._lock:
+            self._mine()
+            room = not self.closed and self._count() + self._resetting < self.max_idle
+            if room and recycle is not None and self.backend == "local":
+                self._resetting += 1  # its place is held while it resets (the resets run in parallel)
+            else:
+                recycle = None
+        if recycle is None:
+            _quiet_close(ws)
+            return
+        parked = None
         try:
-            with self._lock:
-                self._mine()
-                room = not self.closed and self._count() < self.max_idle
-            recycle = getattr(ws, "recycle", None)
-            if not room or recycle is None or self.backend != "local":
-                ws.close()
-                return
             parked = recycle(self.park_s)
-            if parked is None:
-                return
-            with self._lock:
-                self._mine()
-                if not self.closed:
-                    self._parked[ws.spec.limits].append(parked)
-                    return
-            parked.end()
         except Exception:  # noqa: BLE001 - the episode is over; a failed recycle closes
-            ws.close()
+            _quiet_close(ws)
+        with self._lock:
+            self._resetting -= 1
+            if parked is not None and not self.closed:
+                self._parked[ws.spec.limits].append(parked)
+                return
+        if parked is not None:
+            parked.end()
 
     def parked(self) -> int:
         """Runtimes parked now."""

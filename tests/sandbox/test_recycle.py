@@ -220,3 +220,34 @@ def _clean(seconds: float) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def test_terminal_episodes_score_the_same_recycled_or_not():
+    """Terminal-v0 with recycled runtimes (the default) and with ``recycle=False``: the same episodes (the oracle's
+    and a no-op's, several tasks) get the same rewards and records, and closing either env leaves nothing."""
+    from environments.terminal.env import TerminalEnv
+
+    records = []
+    for recycle in (True, False):
+        env = TerminalEnv(difficulty=1, max_turns=2, recycle=recycle)
+        assert isinstance(env.session.closer, Recycler) == recycle and (env.graders is not None) == recycle
+        got = []
+        try:
+            for seed in range(4):
+                for answer in ("oracle", "noop"):
+                    env.reset(seed=seed)
+                    action = env.reference_answer(env.task) if answer == "oracle" else \
+                        '<tool_call>{"name": "bash", "arguments": {"command": "touch stray"}}</tool_call>\n' \
+                        '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+                    _, reward, terminated, _, info = env.step(action)
+                    record = info["trajectory_info"]
+                    got.append((env.task.id, answer, reward, record["commands"], record["diff"],
+                                record["verifier"]["reward"]))
+            if recycle:
+                assert env.session.closer.reused > 0
+        finally:
+            env.close()
+        records.append(got)
+    assert records[0] == records[1]
+    assert [r[2] for r in records[0]] == [1.0, 0.0] * 4
+    assert not any(leftovers(os.getpid()).values())
