@@ -146,8 +146,9 @@ class TerminalTRLEnv:
 
 
 def overrides(p: int, g: int, t: int, cold: bool) -> list[str]:
-    """The config changes the comparison needs (both sides train on every group, no KL, one pass)."""
-    out = [f"data.prompts_per_step={p}", f"rollout.n_samples={g}", f"rollout.max_new_tokens={t}",
+    """The config changes the comparison needs (both sides train on every group, no KL, one pass; synchronous
+    steps: interleaved with TRL's, an agentrl step must not leave its next episodes running beside them)."""
+    out = [f"data.prompts_per_step={p}", f"rollout.n_samples={g}", f"rollout.max_new_tokens={t}", "rollout.async=false",
            "algo.drop_zero_std_groups=false", "algo.kl_mode=none", "algo.kl_coef=0.0",
            f"learner.micro_batch_size={p * g}", "model.device=cpu", "data.eval_tasks=8",
            "log.tensorboard=false", "log.progress=false"]
