@@ -30,6 +30,17 @@ def tiny_arith():
     return resolve_model_path(cfg, env), env
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _parked_workspaces_end():
+    """After each test file: runtimes parked by workspace envs it left open end (they would otherwise live up to
+    ``park_s`` and count as workspaces left by the next file's clean-host checks)."""
+    yield
+    import sys
+
+    if "sandbox.workspace.recycle" in sys.modules:
+        sys.modules["sandbox.workspace.recycle"].end_all_parked()
+
+
 def pytest_collection_modifyitems(config, items):
     """pytest-xdist schedules by node id: two tests with one id would run once. Refused here."""
     twice = sorted(n for n, c in Counter(item.nodeid for item in items).items() if c > 1)

@@ -42,6 +42,7 @@ class Recycler(Closer):
         self._pid = os.getpid()
         self._resetting = 0
         self._at_exit()
+        _LIVE.add(self)
         self.closed = False
         self.reused = self.started = 0
 
@@ -144,13 +145,20 @@ class Recycler(Closer):
             self._mine()
             return self._count()
 
+    def end_parked(self) -> None:
+        """End the runtimes parked now (the recycler stays open: later workspaces start afresh)."""
+        with self._lock:
+            self._mine()
+            ended = [p for queue in self._parked.values() for p in queue]
+            self._parked.clear()
+        for p in ended:
+            p.end()
+
     def close(self) -> None:
         """Wait for the resets under way, then end every parked runtime (those handed out are their owners')."""
         self.closed = True
         super().close()
-        with self._lock:
-            self._mine()
-        _end_parked(self._parked, self._pid)
+        self.end_parked()
 
     def __enter__(self) -> Recycler:
         return self
@@ -170,3 +178,13 @@ def _end_parked(parked: dict[WorkspaceLimits, list[Any]], owner: int) -> None:
     parked.clear()
     for p in ended:
         p.end()
+
+
+_LIVE: weakref.WeakSet[Recycler] = weakref.WeakSet()
+
+
+def end_all_parked() -> None:
+    """End the parked runtimes of every recycler of this process (tests: between modules, so that an env a
+    module left open holds no workspace when the next module checks the host is clean)."""
+    for recycler in list(_LIVE):
+        recycler.end_parked()

@@ -251,3 +251,22 @@ def test_terminal_episodes_score_the_same_recycled_or_not():
     assert records[0] == records[1]
     assert [r[2] for r in records[0]] == [1.0, 0.0] * 4
     assert not any(leftovers(os.getpid()).values())
+
+
+def test_end_all_parked_ends_every_recyclers_parked_runtimes_and_they_keep_working():
+    from sandbox.workspace.recycle import end_all_parked
+
+    a, b = Recycler(), Recycler()
+    try:
+        for r in (a, b):
+            r.release(r.open(SPEC))
+            _wait_parked(r, 1)
+        end_all_parked()
+        assert a.parked() == b.parked() == 0 and _clean(15)
+        ws = a.open(SPEC)  # still open: a fresh runtime
+        assert a.reused == 0 and ws.exec("echo ok").output == "ok\n"
+        ws.close()
+    finally:
+        a.close()
+        b.close()
+    assert not any(leftovers(os.getpid()).values())
