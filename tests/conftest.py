@@ -30,10 +30,10 @@ def tiny_arith():
     return resolve_model_path(cfg, env), env
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def _parked_workspaces_end():
-    """After each test file: runtimes parked by workspace envs it left open end (they would otherwise live up to
-    ``park_s`` and count as workspaces left by the next file's clean-host checks)."""
+    """After each test (before its file's own teardown checks): runtimes parked by workspace envs left open end
+    (they would otherwise live up to ``park_s`` and count as workspaces left by a clean-host check)."""
     yield
     import sys
 

@@ -398,6 +398,7 @@ class Trainer(TrainerWiring):
             self.tracker = None
             tracker.close()
             self.rollouts.close()
+            _end_parked_workspaces()
         if cfg.checkpoint.save_final:
             self.save()
         plot = plot_curves(self.run_dir)
@@ -445,3 +446,11 @@ class Trainer(TrainerWiring):
         truncate_samples(self.run_dir, self.step_idx)  # and its episode records
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
+
+
+def _end_parked_workspaces() -> None:
+    """Workspace runtimes the run's envs parked for reuse end with the run (the envs stay usable: later
+    workspaces start afresh). Only where a workspace env recycled any (its module is then loaded)."""
+    recycle = sys.modules.get("sandbox.workspace.recycle")
+    if recycle is not None:
+        recycle.end_all_parked()
