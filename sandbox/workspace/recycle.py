@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections import defaultdict
 from typing import Any
@@ -145,8 +146,12 @@ class Recycler(Closer):
             self._mine()
             return self._count()
 
-    def end_parked(self) -> None:
-        """End the runtimes parked now (the recycler stays open: later workspaces start afresh)."""
+    def end_parked(self, wait_s: float = 10.0) -> None:
+        """End the runtimes parked now and those resetting (waited for up to ``wait_s``); the recycler stays
+        open: later workspaces start afresh."""
+        deadline = time.monotonic() + wait_s
+        while self._resetting > 0 and self._pid == os.getpid() and time.monotonic() < deadline:
+            time.sleep(0.005)
         with self._lock:
             self._mine()
             ended = [p for queue in self._parked.values() for p in queue]
