@@ -27,7 +27,7 @@ import threading
 from typing import Any, NamedTuple
 
 from .base import Tree, WorkspaceError, WorkspaceSpec
-from .runtime import RUNTIME_DIR, RuntimeWorkspace
+from .runtime import RUNTIME_DIR, RuntimeWorkspace, end_runtime
 
 UID_BASE = 1_500_000_000  # far from the program sandbox's (200000 + pid) and from real users
 GRADER_OFFSET = 1 << 29  # a grading workspace's grader: agent uid + this (both below 2**31)
@@ -95,16 +95,7 @@ class Parked(NamedTuple):
 
     def end(self) -> None:
         """End the runtime (as a workspace's close does)."""
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_runtime(self.proc)
 
 
 class Forked:

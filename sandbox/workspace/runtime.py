@@ -231,16 +231,7 @@ class RuntimeWorkspace(Workspace):
         self.closed = True
         proc, self.proc = self.proc, None
         if proc is not None:
-            for f in (proc.stdin, proc.stdout):
-                try:
-                    f.close()
-                except OSError:
-                    pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            end_runtime(proc)
         self._teardown()
 
     # ---------------------------------------------------------------- the protocol
@@ -305,6 +296,20 @@ class RuntimeWorkspace(Workspace):
         if self.proc is not None and self.proc.poll() is not None:
             return f"its runtime exited with {self.proc.returncode}: closed, TTL or idle timeout"
         return "its runtime closed its pipe"
+
+
+def end_runtime(proc: Any) -> None:
+    """End a runtime process: close its pipes (it exits at the end of its input), wait, else kill it."""
+    for f in (proc.stdin, proc.stdout):
+        try:
+            f.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _too_large(e: WorkspaceError) -> WorkspaceError:
