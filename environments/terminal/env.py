@@ -39,10 +39,11 @@ SPLITS = {"train": (0, 80), "dev": (80, 90), "test": (90, 100), "all": (0, 100)}
 TEST_SH = """#!/bin/bash
 # Terminal-v0 verifier: every check of spec.json must hold on the final tree (check.py says which fail).
 # The checks are the grader's alone: the agent's scripts, which check.py runs as the testee, cannot read
-# them (and so cannot print the expected output for the fresh inputs).
+# them (and so cannot print the expected output for the fresh inputs). -I -S: the standard library only
+# (no site-packages, .pth files, PYTHON* variables or script directory on the path), and a faster start.
 mkdir -p /logs/verifier
 AGENTRL_GRADER=1 chmod -R go-rwx /tests 2>/dev/null
-if python3 /tests/check.py /tests/spec.json; then echo 1 > /logs/verifier/reward.txt
+if python3 -I -S /tests/check.py /tests/spec.json; then echo 1 > /logs/verifier/reward.txt
 else echo 0 > /logs/verifier/reward.txt; fi
 """
 

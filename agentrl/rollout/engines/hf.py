@@ -94,12 +94,16 @@ class HFEngine:
         pos = (umask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=uids, attention_mask=umask, position_ids=pos, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1].float()
-        if inverse is not None:  # one cache row per sample
-            past.reorder_cache(inverse)
+        # the static loop keeps a prompt's cache once for its rows when there are enough rows per prompt
+        shared = self.static and inverse is not None and B >= static_decode.SHARED_MIN_ROWS * uids.shape[0]
+        if inverse is not None:
+            if not shared:  # one cache row per sample
+                past.reorder_cache(inverse)
             logits, pos = logits[inverse], pos[inverse]
         next_pos = pos[:, -1:] + 1
         if self.static:
-            return self._decoder.decode(self.model, past, logits, mask, next_pos, params, stops, self.pad_id, _sample)
+            return self._decoder.decode(self.model, past, logits, mask, next_pos, params, stops, self.pad_id, _sample,
+                                        groups=inverse if shared else None)
         stop_t = torch.tensor(stops, device=ids.device)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks, lps = [], []
