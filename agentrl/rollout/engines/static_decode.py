@@ -271,8 +271,7 @@ class SharedPromptCaches:
     def as_rows(self, step: int) -> RowCaches:
         """The live rows' caches as ``RowCaches`` (each row its prompt's keys, then its own), before the
         token of ``step``."""
-        U, R = self.p.shape[:2]
-        prompt = self.slot // R
+        prompt = self.slot // self.p.shape[1]
         W, S = self.p.shape[-1], self.own[0][0].shape[2]
         caches = []
         for (Kp, Vp), (K, V) in zip(self.prompts, self.own):
