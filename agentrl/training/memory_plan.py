@@ -41,7 +41,9 @@ from agentrl.config import RunConfig
 GIB = 2**30
 CHUNK_TOKENS, SMALL_LOGITS_BYTES = 1024, 32 * 2**20  # as agentrl.training.packing
 LOGIT_COPIES = 4  # logits, the exp in logsumexp, softmax / log-softmax for the entropy (forward); grad (backward)
-SAMPLING_COPIES = 6  # a decode step's float32 (batch, vocab) tensors alive at once: logits, probabilities, ...
+SAMPLING_COPIES = 8  # a decode step's float32 (batch, vocab) tensors alive at once: logits, probabilities, ...
+SHARED_SCORE_COPIES = 5  # (batch, heads, prompt) tensors of one attention call over shared prompts: the weights
+# grid, the scores, their per-row copy and gather, the softmax's input and output (static_decode.SharedPromptCaches)
 CUDA_OVERHEAD = 1 * GIB  # CUDA context, cuBLAS workspace and allocator slack per GPU process (an estimate)
 
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
@@ -293,7 +295,14 @@ def engine_rows(cfg: RunConfig, shape: Shape, prompt: int, response: int, pb: in
     if shape.static_decode:  # fused q/k/v and gate/up copies; with LoRA every adapted weight is a new tensor
         fused = pb * shape.linear_params(None if lora else ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))
     distinct = math.ceil(batch / n) if n > 1 else batch
-    kv = batch * (2 * prompt + response) * kv_token  # preallocated prompt + response, beside the prefill's cache
+    from agentrl.rollout.engines.static_decode import SHARED_MIN_ROWS
+
+    if shape.static_decode and batch >= SHARED_MIN_ROWS * distinct:
+        # each prompt's cache once, the rows' new tokens, and a step's (rows x heads x prompt) score grids
+        scores = SHARED_SCORE_COPIES * batch * shape.heads * prompt * pb
+        kv = (distinct * prompt + batch * response) * kv_token + scores
+    else:  # preallocated prompt + response, beside the prefill's cache
+        kv = batch * (2 * prompt + response) * kv_token
     logits = distinct * prompt * shape.vocab * pb + SAMPLING_COPIES * batch * shape.vocab * 4
     rows = [Row("engine weights", shape.params * pb, True, note="the engine actor's model", where=where)] if ray else []
     return rows + [Row("engine decode weights", fused, True, where=where,
