@@ -28,6 +28,7 @@ from typing import Any
 from . import open_workspace
 from .base import BuildError, Tree, Workspace, WorkspaceError, WorkspaceLimits, WorkspaceSpec
 from .pool import Closer, _quiet_close, bare_kind
+from .runtime import end_runtimes
 
 
 class Recycler(Closer):
@@ -156,8 +157,7 @@ class Recycler(Closer):
             self._mine()
             ended = [p for queue in self._parked.values() for p in queue]
             self._parked.clear()
-        for p in ended:
-            p.end()
+        end_runtimes([p.proc for p in ended])
 
     def close(self) -> None:
         """Wait for the resets under way, then end every parked runtime (those handed out are their owners')."""
@@ -181,8 +181,7 @@ def _end_parked(parked: dict[WorkspaceLimits, list[Any]], owner: int) -> None:
         return
     ended = [p for queue in parked.values() for p in queue]
     parked.clear()
-    for p in ended:
-        p.end()
+    end_runtimes([p.proc for p in ended])
 
 
 _LIVE: weakref.WeakSet[Recycler] = weakref.WeakSet()

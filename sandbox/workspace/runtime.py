@@ -300,16 +300,25 @@ class RuntimeWorkspace(Workspace):
 
 def end_runtime(proc: Any) -> None:
     """End a runtime process: close its pipes (it exits at the end of its input), wait, else kill it."""
-    for f in (proc.stdin, proc.stdout):
+    end_runtimes([proc])
+
+
+def end_runtimes(procs: list[Any]) -> None:
+    """``end_runtime`` of several at once: every pipe closed first, then each waited for (their teardowns,
+    cgroups removed included, overlap: a process ending its parked runtimes at exit ends them in one wait)."""
+    for proc in procs:
+        for f in (proc.stdin, proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+    deadline = time.monotonic() + 10
+    for proc in procs:
         try:
-            f.close()
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _too_large(e: WorkspaceError) -> WorkspaceError:

@@ -46,10 +46,12 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> N
 
 
 def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL only past a minute: a server ends its envs' workspaces on the way out (killed
+    mid-way, its runtimes' cgroups would be left for the next workspace start to remove)."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(15)
+            proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(15)
