@@ -47,7 +47,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> N
 
 def stop(proc: subprocess.Popen) -> None:
     """SIGTERM, and SIGKILL only past a minute: a server ends its envs' workspaces on the way out (killed
-    mid-way, its runtimes' cgroups would be left for the next workspace start to remove)."""
+    mid-way, the runtimes it had not ended end by themselves when their pipes close, a moment after it)."""
     if proc.poll() is None:
         proc.terminate()
         try:
