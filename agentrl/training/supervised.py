@@ -218,12 +218,31 @@ def make_batch(examples: Sequence[Any], pad_id: int, packing: bool = False, pack
     return SFTBatch(e.sequences, e.attention_mask, e.action_mask)
 
 
+SHARED_PREFIX_MIN = 16
+"""A padded batch whose rows all begin with at least this many identical tokens (a chat template's system
+prompt) runs them once (``batch_logprobs``); below it the second decoder call costs more than it saves."""
+
+
+def common_prefix(sequences: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Leading tokens that every row of right-padded ``sequences`` (R,T) shares, at most the shortest row's
+    length - 1 (a row keeps one token of its own to predict from); 0 for a single row."""
+    if sequences.shape[0] < 2:
+        return 0
+    same = (sequences == sequences[:1]).all(0).long()       # (T,)
+    return max(0, min(int(same.cumprod(0).sum()), int(attention_mask.sum(-1).min()) - 1))
+
+
 def batch_logprobs(model: Any, batch: SFTBatch) -> torch.Tensor:
     """Log-prob of each next token (R,A) through ``sequence_logprobs`` (LM head in chunks; packed rows
-    with their 4D mask and position ids)."""
+    with their 4D mask and position ids). Rows of a padded batch that begin alike (``SHARED_PREFIX_MIN``
+    tokens or more: the system prompt every warm-start example repeats) run that prefix once, its cache
+    under every row (``shared_prefix_logprobs``: the same log-probs and gradients, tested)."""
     device = next(model.parameters()).device
     pos = None if batch.position_ids is None else batch.position_ids.to(device)
-    lp, _ = sequence_logprobs(model, batch.sequences.to(device), batch.attention_mask.to(device), position_ids=pos)
+    prefix = common_prefix(batch.sequences, batch.attention_mask) if pos is None else 0
+    lens = torch.full((batch.sequences.shape[0],), prefix, device=device) if prefix >= SHARED_PREFIX_MIN else None
+    lp, _ = sequence_logprobs(model, batch.sequences.to(device), batch.attention_mask.to(device), position_ids=pos,
+                              prompt_lens=lens)
     return lp
 
 
