@@ -32,6 +32,7 @@ QUICK = {
     "long_episodes": ["cost", "--episodes", "8"],
     "agent_step": ["--steps", "1", "--warmup", "0", "model.warm_start.enabled=false", "data.prompts_per_step=4"],
     "recycle": ["--episodes", "10", "--rounds", "1"],
+    "shared_prefix": ["--system", "85", "--rounds", "2"],
     "warm_start": ["--steps", "3", "--warmup", "1", "--rounds", "1"],
     "agentic_trl": ["--prompts", "2", "--group", "4", "--steps", "2", "--warmup", "1", "--cold"],
 }

@@ -10,7 +10,8 @@ import torch
 
 from agentrl.algorithms import sft_loss
 from agentrl.training.learner import sequence_logprobs
-from agentrl.training.supervised import SHARED_PREFIX_MIN, batch_logprobs, common_prefix, make_batch
+from agentrl.training.packing import SHARED_PREFIX_MIN, common_prefix
+from agentrl.training.supervised import batch_logprobs, make_batch
 from agentrl.types import Segment, Trajectory
 
 
@@ -106,3 +107,52 @@ def test_common_prefix_by_hand():
     assert cp([[5, 8], [6, 8]], [2, 2]) == 0
     assert cp([[7, 8, 9]], [3]) == 0                           # one row shares with nobody
     assert cp([[7, 1], [7, 1]], [1, 1]) == 0                   # a one-token row has no prefix to give
+
+
+def _groups(rng: random.Random, prefix: int, prompts: int, n: int, shortest: bool) -> tuple[torch.Tensor, ...]:
+    """RL rows: ``prompts`` distinct prompts that begin with one ``prefix`` (a system prompt), ``n`` samples each
+    (some groups of one), right-padded; with ``shortest`` one prompt is the prefix and one token of its own."""
+    from agentrl.training.experience import Experience
+
+    head = [rng.randrange(2, 97) for _ in range(prefix)]
+    trajs = []
+    for g in range(prompts):
+        own = [2 + g] + [rng.randrange(2, 97) for _ in range(0 if shortest and g == 0 else rng.randint(0, 8))]
+        for _ in range(1 if g == prompts - 1 else n):
+            resp = [rng.randrange(2, 97) for _ in range(rng.randint(1, 10))]
+            trajs.append(Trajectory(prompt_ids=head + own, segments=[Segment(resp, True)], reward=0.0, task_id="",
+                                    group_id=g))
+    e = Experience.from_trajectories(trajs, 1)
+    return e.sequences, e.attention_mask, e.action_mask
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("shortest", [False, True])
+def test_distinct_prompts_that_begin_alike_run_that_beginning_once(arch, shortest, monkeypatch):
+    """The learner's path: groups' prompts differ but share a system prompt; it runs once for all of them, and the
+    log-probs, entropies and gradients are the plain forward's."""
+    import agentrl.training.packing as packing
+    from agentrl.training.packing import prompt_lengths
+
+    model = _model(arch).train()
+    seq, mask, amask = _groups(random.Random(7 + shortest), 30, prompts=4, n=3, shortest=shortest)
+    P = prompt_lengths(amask, mask)
+    calls = []
+    real = packing.decode
+
+    def spy(model, head, **kw):
+        calls.append(tuple(kw["input_ids"].shape))
+        return real(model, head, **kw)
+
+    out = {}
+    for shared in (False, True):
+        model.zero_grad()
+        monkeypatch.setattr(packing, "decode", spy if shared else real)
+        lp, ent = sequence_logprobs(model, seq, mask, with_entropy=True, prompt_lens=P if shared else None)
+        (-(lp * amask).sum()).backward()
+        out[shared] = (lp * amask, ent * amask, [p.grad.clone() for p in model.parameters()])
+    assert calls[0] == (1, 30) and calls[1][0] == 4 and calls[2][0] == seq.shape[0]  # prefix, prompts, samples
+    assert torch.allclose(out[True][0], out[False][0], atol=1e-5)
+    assert torch.allclose(out[True][1], out[False][1], atol=1e-4)
+    for g, h in zip(out[True][2], out[False][2]):
+        assert torch.allclose(g, h, atol=1e-6, rtol=1e-4)

@@ -103,7 +103,8 @@ class LearnerConfig:
     micro_batch_tokens: int = 0
     """Instead of micro_batch_size: micro-batches of about this many tokens, groups kept whole (0 = off)."""
     shared_prefix: bool = True
-    """Run a prompt shared by a group's samples once in the learner's forward/backward (same gradients)."""
+    """Run a prompt shared by a group's samples once in the learner's forward/backward, and a beginning that every
+    distinct prompt shares (a system prompt, a tool list) once for all of them (same gradients)."""
     call_tokens: int = -1
     """Most padded tokens in one forward/backward call: a longer length bucket is cut into pieces (same
     gradients). -1 = auto: on CPU, calls whose widest activation (tokens x MLP width) fits 4 MiB, which the

@@ -6,6 +6,8 @@ Two exact rearrangements of the same computation:
   runs each distinct prompt once (with gradients), repeats its KV cache to the group's rows and runs
   only the responses on top, so the prompt costs one forward/backward instead of ``n``; autograd
   sums the rows' gradients into the shared prompt, giving the same gradients as the padded path.
+  Distinct prompts that begin alike (every task's system prompt, ``SHARED_PREFIX_MIN`` tokens or
+  more) run that beginning once too, and so do SFT batches (``agentrl.training.supervised``).
 - **Token-balanced micro-batches.** ``token_balanced_micro_batches`` splits a mini-batch into
   micro-batches of about equal token counts with the Karmarkar–Karp largest-differencing method,
   keeping each group whole (so its prompt is still shared). The loss is normalised by the
@@ -151,8 +153,7 @@ def shared_prefix_logprobs(model: Any, sequences: torch.Tensor, attention_mask: 
     p_mask = (ar_p[None] < P[first][:, None]).long()                                   # (U,Pmax) right-padded
     p_ids = sequences[first, :Pmax] * p_mask
     head = lm_head(model, chunk_tokens)
-    out, p_states = decode(model, head, input_ids=p_ids, attention_mask=p_mask, use_cache=True)  # (U,Pmax,H|V)
-    past = out.past_key_values
+    past, p_states = _run_prompts(model, head, p_ids, p_mask)                         # (U,Pmax,H|V)
     past.reorder_cache(inverse)                                                       # one cache row per sample
     ar_s = torch.arange(S, device=sequences.device)
     s_mask = (ar_s[None] < (lens - P)[:, None]).long()                              # (B,S) right-padded
@@ -177,6 +178,38 @@ def shared_prefix_logprobs(model: Any, sequences: torch.Tensor, attention_mask: 
     logprobs = place(lp_p, lp_l, lp_s)
     entropy = place(ent_p, ent_l, ent_s) if ent_p is not None else None
     return logprobs, entropy
+
+
+SHARED_PREFIX_MIN = 16
+"""Rows (or distinct prompts) that all begin with at least this many identical tokens (a chat template's system
+prompt, a tool list) run them once; below it the extra decoder call costs more than it saves."""
+
+
+def common_prefix(sequences: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Leading tokens that every row of right-padded ``sequences`` (R,T) shares, at most the shortest row's
+    length - 1 (a row keeps one token of its own); 0 for a single row."""
+    if sequences.shape[0] < 2:
+        return 0
+    same = (sequences == sequences[:1]).all(0).long()       # (T,)
+    return max(0, min(int(same.cumprod(0).sum()), int(attention_mask.sum(-1).min()) - 1))
+
+
+def _run_prompts(model: Any, head: Any | None, p_ids: torch.Tensor, p_mask: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """The distinct prompts (U,Pmax) right-padded through the decoder: (their cache, their states (U,Pmax,H|V)).
+    When they begin alike (``SHARED_PREFIX_MIN`` tokens or more: the system prompt of every task) that prefix
+    runs once, its cache and states under every prompt (autograd sums the prompts' gradients into it)."""
+    c = common_prefix(p_ids, p_mask)
+    if c < SHARED_PREFIX_MIN:
+        out, states = decode(model, head, input_ids=p_ids, attention_mask=p_mask, use_cache=True)
+        return out.past_key_values, states
+    U = p_ids.shape[0]
+    out, head_states = decode(model, head, input_ids=p_ids[:1, :c], attention_mask=p_mask[:1, :c], use_cache=True)
+    past = out.past_key_values
+    past.reorder_cache(torch.zeros(U, dtype=torch.long, device=p_ids.device))        # the prefix under every prompt
+    pos = c + torch.arange(p_ids.shape[1] - c, device=p_ids.device)[None].expand(U, -1)
+    _, rest = decode(model, head, input_ids=p_ids[:, c:], attention_mask=p_mask, position_ids=pos,
+                     past_key_values=past, use_cache=True)
+    return past, torch.cat([head_states.expand(U, -1, -1), rest], 1)
 
 
 def _distinct_prompts(sequences: torch.Tensor, P: torch.Tensor) -> tuple[list[int] | None, torch.Tensor | None]:

@@ -30,6 +30,7 @@ from agentrl.algorithms import sft_loss
 from agentrl.config import OptimConfig
 from agentrl.training.experience import Experience
 from agentrl.training.learner import make_optimizer, sequence_logprobs
+from agentrl.training.packing import SHARED_PREFIX_MIN, common_prefix
 from agentrl.types import Segment, Trajectory
 
 MicroLoss = Callable[[Sequence[Any], Sequence[Any]], tuple[torch.Tensor, dict[str, float]]]
@@ -216,20 +217,6 @@ def make_batch(examples: Sequence[Any], pad_id: int, packing: bool = False, pack
         return pack(examples, pad_id, pack_length, dtype)
     e = Experience.from_trajectories(_as_trajectories(examples), pad_id)
     return SFTBatch(e.sequences, e.attention_mask, e.action_mask)
-
-
-SHARED_PREFIX_MIN = 16
-"""A padded batch whose rows all begin with at least this many identical tokens (a chat template's system
-prompt) runs them once (``batch_logprobs``); below it the second decoder call costs more than it saves."""
-
-
-def common_prefix(sequences: torch.Tensor, attention_mask: torch.Tensor) -> int:
-    """Leading tokens that every row of right-padded ``sequences`` (R,T) shares, at most the shortest row's
-    length - 1 (a row keeps one token of its own to predict from); 0 for a single row."""
-    if sequences.shape[0] < 2:
-        return 0
-    same = (sequences == sequences[:1]).all(0).long()       # (T,)
-    return max(0, min(int(same.cumprod(0).sum()), int(attention_mask.sum(-1).min()) - 1))
 
 
 def batch_logprobs(model: Any, batch: SFTBatch) -> torch.Tensor:
