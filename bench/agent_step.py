@@ -21,17 +21,16 @@ graph. Run on a quiet machine, one compute process at a time.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from _ab import by_checkout, checkout_worker
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
 def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int) -> dict:
@@ -78,29 +77,6 @@ def machine_cpu_s() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def config_at(root: str, config: str) -> str:
-    """The checkout's own copy of ``config`` when it is a file of this repository (so each checkout runs
-    the config as it stood there), else ``config``."""
-    try:
-        own = Path(root) / Path(config).relative_to(ROOT)
-    except ValueError:
-        return config
-    return str(own) if own.is_file() else config
-
-
-def run_worker(root: str, args: argparse.Namespace) -> dict:
-    config = config_at(root, args.config)
-    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import agent_step as b; "
-            f"print('BENCH' + json.dumps(b.worker({root!r}, {config!r}, {args.overrides!r}, "
-            f"{args.steps}, {args.warmup})))")
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env, timeout=7200)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH")]
-    if r.returncode != 0 or not lines:
-        raise RuntimeError(f"the bench worker of {root} failed: {r.stderr[-3000:]}")
-    return json.loads(lines[-1][5:])
-
-
 def table(runs: dict[str, list[dict]]) -> str:
     out = ["| checkout | round | median step s | mean step s | CPU s a step (machine) | steps | rounds of refill (mean) "
            "| reward (mean) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -145,15 +121,8 @@ def main() -> None:
         argv = [a for a in sys.argv[1:] if a not in ("--flame", args.flame)]
         os.execv(spy, [spy, "record", "--subprocesses", "--threads", "--rate", "50", "-o", args.flame, "--",
                        sys.executable, str(Path(__file__).resolve()), *argv])
-    checkouts = {"this": str(ROOT)}
-    if args.before:
-        checkouts = {"before": str(Path(args.before).resolve()), "this": str(ROOT)}
-    runs: dict[str, list[dict]] = {name: [] for name in checkouts}
-    for k in range(args.rounds):
-        order = list(checkouts.items()) if k % 2 == 0 else list(reversed(checkouts.items()))
-        for name, root in order:
-            runs[name].append(run_worker(root, args))
-            print(f"round {k + 1}: {name} {statistics.median(runs[name][-1]['step_s']):.2f} s/step", flush=True)
+    runs = by_checkout(args.before, args.rounds, lambda root: checkout_worker(
+        "agent_step", root, args.config, args.overrides, args.steps, args.warmup, args.threads))
     print(table(runs))
 
 

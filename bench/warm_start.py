@@ -16,15 +16,11 @@ config when the config is a file of this repository). Run on a quiet machine, on
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from _ab import by_checkout, checkout_worker
 
 
 def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int) -> dict:
@@ -60,22 +56,6 @@ def worker(root: str, config: str, overrides: list[str], steps: int, warmup: int
     return {"step_s": step_s, "loss": result.final_loss, "tokens": tokens, "examples": len(examples)}
 
 
-def run_worker(root: str, args: argparse.Namespace) -> dict:
-    sys.path.insert(0, str(HERE))
-    from agent_step import config_at
-
-    config = config_at(root, args.config)
-    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import warm_start as b; "
-            f"print('BENCH' + json.dumps(b.worker({root!r}, {config!r}, {args.overrides!r}, "
-            f"{args.steps}, {args.warmup})))")
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env, timeout=7200)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH")]
-    if r.returncode != 0 or not lines:
-        raise RuntimeError(f"the bench worker of {root} failed: {r.stderr[-3000:]}")
-    return json.loads(lines[-1][5:])
-
-
 def table(runs: dict[str, list[dict]]) -> str:
     out = ["| checkout | round | median step s | mean step s | steps | last loss | tokens an example |",
            "|---|---:|---:|---:|---:|---:|---:|"]
@@ -102,15 +82,8 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     args.config = str(Path(args.config).resolve())
-    checkouts = {"this": str(ROOT)}
-    if args.before:
-        checkouts = {"before": str(Path(args.before).resolve()), "this": str(ROOT)}
-    runs: dict[str, list[dict]] = {name: [] for name in checkouts}
-    for k in range(args.rounds):
-        order = list(checkouts.items()) if k % 2 == 0 else list(reversed(checkouts.items()))
-        for name, root in order:
-            runs[name].append(run_worker(root, args))
-            print(f"round {k + 1}: {name} {statistics.median(runs[name][-1]['step_s']):.3f} s/step", flush=True)
+    runs = by_checkout(args.before, args.rounds, lambda root: checkout_worker(
+        "warm_start", root, args.config, args.overrides, args.steps, args.warmup, args.threads), digits=3)
     print(table(runs))
 
 
