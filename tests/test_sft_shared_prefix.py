@@ -126,15 +126,18 @@ def _groups(rng: random.Random, prefix: int, prompts: int, n: int, shortest: boo
     return e.sequences, e.attention_mask, e.action_mask
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize(("arch", "checkpointing"), [("llama", False), ("qwen2", False), ("llama", True)])
 @pytest.mark.parametrize("shortest", [False, True])
-def test_distinct_prompts_that_begin_alike_run_that_beginning_once(arch, shortest, monkeypatch):
+def test_distinct_prompts_that_begin_alike_run_that_beginning_once(arch, checkpointing, shortest, monkeypatch):
     """The learner's path: groups' prompts differ but share a system prompt; it runs once for all of them, and the
-    log-probs, entropies and gradients are the plain forward's."""
+    log-probs, entropies and gradients are the plain forward's (with decoder activation checkpointing too)."""
     import agentrl.training.packing as packing
+    from agentrl.training.activation_checkpointing import enable_activation_checkpointing
     from agentrl.training.packing import prompt_lengths
 
     model = _model(arch).train()
+    if checkpointing:
+        assert enable_activation_checkpointing(model) > 0
     seq, mask, amask = _groups(random.Random(7 + shortest), 30, prompts=4, n=3, shortest=shortest)
     P = prompt_lengths(amask, mask)
     calls = []
