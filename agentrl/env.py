@@ -104,10 +104,12 @@ def has_reference_policy(env: Any) -> bool:
     return callable(method) and method is not TextEnv.reference_action
 
 
-def reference_episode(env: TextEnv, task: Task) -> tuple[list[str], float]:
+def reference_episode(env: TextEnv, task: Task, seed: int | None = None) -> tuple[list[str], float]:
     """Play ``task`` with the env's reference policy, ``reference_action()`` then ``step`` until the env
-    ends the episode or ``max_turns`` is reached: (the actions and observations in order, the return)."""
-    env.reset(options={"task": task})
+    ends the episode or ``max_turns`` is reached: (the actions and observations in order, the return).
+    ``seed`` seeds the env's ``np_random`` (a random reference policy plays the same episode again); None
+    keeps the env's stream (seeded from the OS on first use)."""
+    env.reset(seed=seed, options={"task": task})
     texts: list[str] = []
     total = 0.0
     for _ in range(max(1, int(getattr(env, "max_turns", 1)))):

@@ -72,7 +72,8 @@ def with_reward_fn(env: TextEnv, spec: str) -> TextEnv:
 
 def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
     """Text the tiny tokenizer is trained on: prompts and reference answers of the env (a multi-turn env
-    with a reference policy: also its episodes' actions and feedback, for the first 50 tasks)."""
+    with a reference policy: also its episodes' actions and feedback, for the first 50 tasks, each under its
+    own seed: the same ``seed`` gives the same corpus, so the same tokenizer and cached model)."""
     tasks = fixed_tasks(env, n, seed)
     out = []
     for i, t in enumerate(tasks):
@@ -82,7 +83,7 @@ def tiny_corpus(env: TextEnv, n: int = 2000, seed: int = 0) -> list[str]:
         if getattr(env, "max_turns", 1) > 1 and has_reference_policy(env) and i < 50:
             played = clone_env(env)
             try:
-                out += reference_episode(played, t)[0]
+                out += reference_episode(played, t, seed=seed + i)[0]
             except Exception:  # noqa: BLE001 - a broken reference policy is reported by the warm start
                 pass
             finally:

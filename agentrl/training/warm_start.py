@@ -178,14 +178,15 @@ def reference_examples(cfg: RunConfig, env: TextEnv, engine: Any, tokenizer: Any
     executor = make_executor(cfg, env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1 else None
     if has_reference_policy(env) and hasattr(executor, "run_scripted"):
         check = max(1, cfg.model.warm_start.check_episodes)
-        episodes = executor.run_scripted(tasks[:check], lambda e: e.reference_action())
+        episodes = executor.run_scripted(tasks[:check], lambda e: e.reference_action(), seed=cfg.data.seed)
         if all(t.info.get("failed") for t in episodes):
             raise RuntimeError(f"every reference episode failed, e.g. {episodes[0].info.get('error')}")
         rest = tasks[check:]
         pairs = one_turn_pairs(cfg, env, tokenizer, tasks[:check], episodes) if rest else None
         if pairs is None:  # the reference policy needs playing: every episode is
             with heartbeat(f"warm start: playing {len(rest)} more reference episodes", None, log):
-                episodes += executor.run_scripted(rest, lambda e: e.reference_action(), first_group=check)
+                episodes += executor.run_scripted(rest, lambda e: e.reference_action(), first_group=check,
+                                                  seed=cfg.data.seed)
         kept = [t for t in episodes if not t.info.get("failed")]
         turns = sum(t.info.get("turns", 0) for t in kept) / len(kept)
         log(f"warm start: {len(kept)} reference episodes ({turns:.1f} turns on average, mean return "
@@ -238,9 +239,9 @@ def reference_problem(env: TextEnv, seed: int, probes: int = 3, tokenizer: Any =
     multi = getattr(env, "max_turns", 1) > 1
     probe = clone_env(env) if multi else env  # a reference episode may start tools: they go with the copy
     try:
-        for task in fixed_tasks(env, probes, seed):
+        for i, task in enumerate(fixed_tasks(env, probes, seed)):
             if multi:
-                texts, reward = reference_episode(probe, task)
+                texts, reward = reference_episode(probe, task, seed=seed + i)
                 actions = texts[::2]
             else:
                 env.reset(options={"task": task})

@@ -58,7 +58,16 @@ def test_train_stops_on_a_first_batch_that_is_not_the_template_s_rendering(tmp_p
 def test_train_with_the_shipped_template_passes_and_keeps_the_report(tmp_path: Path, capsys) -> None:
     assert train(tmp_path, guess_model(tmp_path, CHAT_TEMPLATE)) == 0
     report = json.loads((tmp_path / "run" / "doctor.json").read_text())
-    assert [(c["name"], c["status"]) for c in report["checks"]] == [("tokens", "pass"), ("mask", "pass")]
+    checks = [(c["name"], c["status"]) for c in report["checks"]]
+    assert checks[:2] == [("tokens", "pass"), ("mask", "pass")], checks
+    # the update check joins when the first batch has a group whose rewards differ: whether this one-step run's
+    # samples do depends on the machine's float kernels, so both cases are stated
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    first = next(r for r in map(json.loads, lines) if "groups/varied" in r)
+    if first["groups/varied"] > 0:
+        assert checks[2:] in ([("update", "pass")], [("update", "warn")]), checks
+    else:
+        assert checks[2:] == [], checks
     samples = (tmp_path / "run" / "samples.jsonl")
     if samples.exists():  # the texts the checks needed are not kept in the episode record
         assert '"observations"' not in samples.read_text()

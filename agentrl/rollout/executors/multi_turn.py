@@ -153,6 +153,7 @@ class MultiTurnExecutor:
         self.max_total_tokens = max_total_tokens
         self.chat: ChatFeedback | None = None
         self._script: Callable[[TextEnv], str] | None = None  # run_scripted's policy while it runs
+        self._script_seed: int | None = None  # and the seed its episodes' envs are reset with
         self.keep_observations = False  # True: info["prompt"] (the env's) and info["observations"] (every feedback)
         self.gather = 1.0  # episodes back from their env wait for the engine until they are this many times those stepping
         self.running: list[Episode] = []  # the episodes of the current run (its progress)
@@ -233,22 +234,24 @@ class MultiTurnExecutor:
         return summarized
 
     def run_scripted(self, tasks: list[Task], act: Callable[[TextEnv], str], chunk: int = 256,
-                     first_group: int = 0) -> list[Trajectory]:
+                     first_group: int = 0, seed: int | None = None) -> list[Trajectory]:
         """One episode per task whose actions are ``act(env)`` (a scripted policy, e.g. the env's
         ``reference_action``), stitched as :meth:`run` stitches the engine's (the action's tokens and
         the EOS, cut at the turn's budget as a generated turn would be, then the feedback's tokens) under
         the same context policy; a compaction request is answered by the env's ``reference_summary()``
         when it has one, else by ``act``. An ``act`` that raises fails its episode. At most ``chunk``
         episodes are open at once (a warm start's thousands of episodes would otherwise each hold a
-        workspace until the last one's first step is done). Group ids count from ``first_group``."""
-        self._script = act
+        workspace until the last one's first step is done). Group ids count from ``first_group``. ``seed``:
+        the env of group id ``g`` is reset with seed ``seed + g`` (a random policy plays the same episodes
+        again, however they are chunked); None leaves each copy's ``np_random`` to the OS."""
+        self._script, self._script_seed = act, seed
         try:
             out: list[Trajectory] = []
             for i in range(0, len(tasks), chunk):
                 out += self.run(tasks[i:i + chunk], group_offset=first_group + i, n_samples=1)
             return out
         finally:
-            self._script = None
+            self._script, self._script_seed = None, None
 
     def _generate(self, episodes: list[Episode], contexts: list[list[int]], params: SamplingParams
                   ) -> list[Completion]:
@@ -278,8 +281,9 @@ class MultiTurnExecutor:
     # ------------------------------------------------------------------ one episode
     def _start(self, task: Task, group_id: int) -> Episode:
         env = clone_env(self.env)
+        seed = None if self._script_seed is None else self._script_seed + group_id
         try:
-            obs, info = env.reset(options={"task": task})
+            obs, info = env.reset(seed=seed, options={"task": task})
             prompt = encode_prompt(self.tokenizer, info["prompt"], self.chat_template)
         except Exception as e:  # a crashing env fails this episode, not the batch
             prompt = encode_prompt(self.tokenizer, task.prompt, self.chat_template)
