@@ -187,6 +187,21 @@ def micro_policy_loss(lp: torch.Tensor, ent: torch.Tensor, micro: Experience, al
     return loss, stats
 
 
+def trained_rows(exp: Experience, algo: AlgoConfig, kl_coef: float) -> torch.Tensor | None:
+    """Indices of the samples of ``exp`` whose loss can have a gradient, or None when that is all of them
+    or none (then all are run, as before). A sample whose every action token's advantage is 0 adds exactly 0
+    to every policy loss (each is the advantage times a function of the ratio), so it is skipped, unless a
+    term without the advantage applies to it: the entropy bonus, or a KL loss (``kl_mode: loss`` with a
+    coefficient and reference log-probs). Such samples are the below-baseline ones under
+    ``algo.neg_adv_weight: 0`` and the groups whose rewards all agree (without ``drop_zero_std_groups``)."""
+    if exp.advantages is None or algo.entropy_coef or (
+            algo.kl_mode == "loss" and kl_coef and exp.ref_logprobs is not None):
+        return None
+    live = ((exp.advantages != 0) & exp.action_mask.bool()).any(-1)
+    n = int(live.sum())
+    return None if n in (0, len(exp)) else live.nonzero().squeeze(-1)
+
+
 def loss_norm(mini: Experience, max_len: int | None) -> dict[str, Any]:
     """The mini-batch's global normalisers for ``micro_policy_loss``: action tokens, sequences, ``max_len``.
     When an episode is several rows (its context was rebuilt) the sequences are its episodes and
@@ -269,12 +284,17 @@ class PolicyLearner:
         return {k: v if k.endswith("_max") else v / max(steps, 1) for k, v in sums.items()}
 
     def _optimizer_step(self, mini: Experience, kl_coef: float) -> dict[str, float]:
+        """One optimizer step on ``mini``. Samples whose loss is exactly zero (``trained_rows``) are not run:
+        the normalisers stay the whole mini-batch's, so the gradient is the same; the metrics (entropy,
+        ratio, clip fraction, mismatch) are then over the samples run."""
         algo = self.algo
         norm = loss_norm(mini, self.max_len)
-        num_tokens = norm["num_tokens"]
+        rows = trained_rows(mini, algo, kl_coef)
+        run = mini if rows is None else mini.select(rows)
+        num_tokens = run.action_mask.sum().item()
         self.optimizer.zero_grad(set_to_none=True)
         acc = {"policy_loss": 0.0, "clipfrac": 0.0, "ratio": 0.0, "entropy": 0.0, "kl": 0.0}
-        for micro in self.micro_batches(mini):
+        for micro in self.micro_batches(run):
             micro = micro.trim()
             lp, ent = sequence_logprobs(self.model, micro.sequences, micro.attention_mask,
                                         temperature=self.temperature, with_entropy=True,
