@@ -20,7 +20,8 @@ from safetensors.torch import load_file
 from agentrl.config import load_config
 from agentrl.runs.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state, truncate_metrics
 from agentrl.runs.tracking import read_metrics
-from agentrl.training.trainer import TaskSource, Trainer
+from agentrl.training.tasks import TaskSource
+from agentrl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "configs" / "cpu_demo.yaml"

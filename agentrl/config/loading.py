@@ -214,7 +214,24 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     cfg = implied(resolve_auto(build(cls, data)))
     check_credit_and_context(cfg)
     check_budget(cfg)
+    check_curriculum(cfg)
     return cfg
+
+
+def check_curriculum(cfg: Any) -> None:
+    """``data.curriculum``: ranges, and groups of at least 2 samples (its signal is whether they differ)."""
+    c = getattr(getattr(cfg, "data", None), "curriculum", None)
+    if c is None or not c.key:
+        return
+    bad = ("candidates", c.candidates, "a count >= 1") if c.candidates < 1 else \
+        ("temperature", c.temperature, "a number > 0") if not c.temperature > 0 else \
+        ("decay", c.decay, "a fraction in (0, 1]") if not 0 < c.decay <= 1 else \
+        ("prior_strength", c.prior_strength, "a number > 0") if not c.prior_strength > 0 else None
+    if bad:
+        raise ConfigError(f"data.curriculum.{bad[0]}: expected {bad[2]}, got {bad[1]!r}")
+    if cfg.rollout.n_samples < 2:
+        raise ConfigError(f"data.curriculum picks tasks whose groups' rewards differ: it needs rollout.n_samples >= 2, "
+                          f"got {cfg.rollout.n_samples}")
 
 
 def check_budget(cfg: Any) -> None:

@@ -37,6 +37,23 @@ class EnvConfig:
 
 
 @dataclass(frozen=True)
+class CurriculumConfig:
+    key: list[str] = field(default_factory=list)
+    """Task metadata fields whose values name a bucket of tasks that pass or fail alike (Terminal-v0:
+    ``[family, difficulty]``; ``[id]``: each task of a dataset its own bucket, across epochs). Empty: off, tasks
+    come in the source's order. On: each step's tasks are picked from ``candidates`` x as many drawn, preferring
+    buckets whose groups are likely to have rewards that differ (``agentrl.training.curriculum``)."""
+    candidates: int = 4
+    """Tasks drawn per task picked (1: no choice, the plain order)."""
+    temperature: float = 0.25
+    """Sharpness of the pick: probability ~ (chance a group's rewards differ) ** (1 / temperature)."""
+    decay: float = 0.9
+    """Weight of a bucket's evidence after each batch (1: never forgotten; the policy changes under it)."""
+    prior_strength: float = 2.0
+    """Pseudo-samples of the prior a bucket starts from: the success rate pooled over every bucket seen."""
+
+
+@dataclass(frozen=True)
 class DataConfig:
     prompts_per_step: int = 32
     """Tasks per training step (each sampled ``rollout.n_samples`` times)."""
@@ -45,6 +62,8 @@ class DataConfig:
     (``learner.seed``, when set, takes over RL's task order, sampling and initialisation)."""
     eval_tasks: int = 500
     """Held-out tasks per evaluation."""
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Online task selection by measured pass rates (off unless ``key`` is set)."""
 
 
 @dataclass(frozen=True)

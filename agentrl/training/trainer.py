@@ -52,7 +52,7 @@ from agentrl.training.metrics import offpolicy_metrics, rollout_metrics
 from agentrl.training.samples import SampleLog
 from agentrl.training.scoring import score_remote, score_unverified
 from agentrl.training.signals import stop_on_sigterm
-from agentrl.training.tasks import TaskSource, seed_everything
+from agentrl.training.tasks import seed_everything, task_source
 from agentrl.training.warm_start import maybe_warm_start
 from agentrl.training.wiring import TrainerWiring
 from agentrl.types import Task, Trajectory
@@ -116,7 +116,7 @@ class Trainer(TrainerWiring):
         a = cfg.algo
         self.kl_ctl = (AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.kl_coef))
-        self.tasks = TaskSource(self.env, cfg.rl_seed)
+        self.tasks = task_source(self.env, cfg)
         self.reward_model = self.build_reward_model()
         self.remote_reward = self.build_remote_reward()
         self.step_idx, self.resumed, self.last_metrics = 0, resume, {}
@@ -142,7 +142,7 @@ class Trainer(TrainerWiring):
         with self.timer("tasks"):
             tasks = self.tasks.next(self.cfg.data.prompts_per_step)
         batch, trajs, metrics = self.select(self.sample(tasks))
-        metrics.update(self.timer.pop())
+        metrics.update(self.timer.pop(), **self.tasks.metrics())
         return RolloutBatch(batch, trajs, metrics, self.tasks.state_dict())
 
     def rollout(self, tasks: list[Task]) -> list[Trajectory]:
@@ -167,6 +167,7 @@ class Trainer(TrainerWiring):
             a = self.cfg.algo
             if a.overlong_buffer:
                 apply_overlong_penalty(trajs, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
+        self.tasks.observe(trajs)  # the curriculum's evidence (final rewards, before any group is dropped)
         return trajs
 
     def select(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
