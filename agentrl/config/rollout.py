@@ -50,7 +50,7 @@ class CurriculumConfig:
     decay: float = 0.9
     """Weight of a bucket's evidence after each batch (1: never forgotten; the policy changes under it)."""
     prior_strength: float = 2.0
-    """Pseudo-samples of the prior a bucket starts from: the success rate pooled over every bucket seen."""
+    """Pseudo-samples of a bucket's prior: the success rate of the bucket one key field up (its family)."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ buckets whose next group is likely to vary:
 
     P(varied) = 1 - E[p^n] - E[(1-p)^n],   p ~ Beta(a + s, b + f)
 
-with ``s, f`` the bucket's (decayed) successes and failures and the prior ``a, b`` the pooled success
-rate of every bucket seen, worth ``prior_strength`` samples. Rewards count as successes clipped to
+with ``s, f`` the bucket's (decayed) successes and failures and the prior ``a, b`` the posterior mean of
+the bucket one key field up (the family of a family/difficulty bucket; at the top every bucket pooled), worth
+``prior_strength`` samples. Rewards count as successes clipped to
 [0, 1] (a reward of 0.5 is half a success). The prioritisation is DAPO's dynamic sampling moved before the
 episodes instead of after them, and prime-rl's easy/hard filtering made soft.
 """
