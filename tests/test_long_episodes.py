@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,12 +103,15 @@ class Guesser:
         return out
 
 
-def _run(tok: Any, policy: str, max_tokens: int, chat: bool = False, rounds: int = 4) -> tuple[Trajectory, Guesser]:
+def _run(tok: Any, policy: str, max_tokens: int, chat: bool = False, rounds: int = 4,
+         seed: int = 0) -> tuple[Trajectory, Guesser]:
+    """One episode of a fixed task (its hidden numbers from ``seed``: a task whose first number the Guesser hits at
+    once gets the next round's longer feedback, and at 200 tokens no room left to compact — 3 tasks in 300)."""
     env = GuessNumberEnv(rounds=rounds, guesses=6, high=50, feedback="direction")
     engine = Guesser(tok)
     context = ContextPolicy(policy, max_tokens, turn_tokens=8, summary_tokens=24)
     ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=8), chat_template=chat, context=context)
-    [traj] = ex.run([env.sample_task(env.np_random)])
+    [traj] = ex.run([env.sample_task(np.random.default_rng(seed))])
     return traj, engine
 
 
