@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
 
     from agentrl.config import load_config
+    from agentrl.training.curriculum import Curriculum
     from agentrl.training.trainer import Trainer
 
     cfg = load_config(args.config, [*args.overrides, "algo.drop_zero_std_groups=false", "log.eval_every=0",
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     trainer = Trainer(cfg, run_dir=tempfile.mkdtemp(prefix="pass-by-bucket-"))
     if args.families:
         trainer.tasks.env.families = args.families.split(",")
-    fields = args.key.split(",")
+    bucket = Curriculum(args.key.split(","), args.samples).bucket  # the curriculum's buckets, by the same rule
     seen: dict[str, Any] = {}  # task id -> task, as the source hands them out
     draw = trainer.tasks.next
 
@@ -53,12 +54,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     by: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for _ in range(args.batches):
         for t in trainer.produce().generated:
-            meta = seen[t.task_id].metadata
-            by["/".join(str(meta.get(f, "?")) for f in fields)][t.task_id].append(float(t.reward))
+            by[bucket(seen[t.task_id])][t.task_id].append(float(t.reward))
     trainer.rollouts.close()
-    table = {b: {"samples": sum(len(v) for v in ts.values()), "pass": sum(sum(v) for v in ts.values())
-                 / max(1, sum(len(v) for v in ts.values())), "tasks": len(ts),
-                 "tasks_with_a_success": sum(max(v) > 0 for v in ts.values())} for b, ts in sorted(by.items())}
+    table = {}
+    for b, ts in sorted(by.items()):
+        rewards = [r for v in ts.values() for r in v]
+        table[b] = {"samples": len(rewards), "pass": sum(rewards) / len(rewards), "tasks": len(ts),
+                    "tasks_with_a_success": sum(max(v) > 0 for v in ts.values())}
     print(f"{'bucket':<28} {'samples':>7} {'pass':>6} {'tasks with a success':>22}")
     for b, row in table.items():
         print(f"{b:<28} {row['samples']:>7} {row['pass']:>6.2f} {row['tasks_with_a_success']:>14} of {row['tasks']}")
