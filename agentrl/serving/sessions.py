@@ -87,8 +87,8 @@ class SessionTable:
     """Sessions by id, at most ``max_sessions``; ``idle_timeout_s`` without a call closes one."""
 
     def __init__(self, template: TextEnv, factory: Callable[[], TextEnv], *, max_sessions: int = 256,
-                 idle_timeout_s: float = 600.0, threads: int = 8) -> None:
-        self.template, self.factory = template, factory
+                 idle_timeout_s: float = 600.0, threads: int = 8, owns_template: bool = False) -> None:
+        self.template, self.factory, self.owns_template = template, factory, owns_template
         self.max_sessions, self.idle_timeout_s = max(1, max_sessions), idle_timeout_s
         self.sessions: dict[str, Session] = {}
         self.spare: list[TextEnv] = []  # envs of closed sessions, reused (reset starts an episode afresh)
@@ -244,8 +244,13 @@ class SessionTable:
         return len(stale)
 
     def shutdown(self) -> None:
+        """Close every session's env and the spares, then the template when the table owns it: the copies
+        share its pools (started workspaces, parked runtimes), which only its close ends and waits for. A
+        server must not leave that to an atexit hook: uvicorn re-raises SIGTERM after its shutdown."""
         for env in [s.env for s in self.sessions.values()] + self.spare:
             _close_env(env)
+        if self.owns_template:
+            _close_env(self.template)
         self.sessions.clear()
         self.spare.clear()
         if self.executor is not None:

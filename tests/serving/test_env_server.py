@@ -200,3 +200,40 @@ def test_a_busy_port_is_refused_in_one_line():
                               str(port)], cwd=ROOT, env=environ(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_server_s_shutdown_ends_the_workspaces_of_its_env():
+    """A served Harbor env's copies share the template's recycled runtimes and grader pool: the app's shutdown
+    closes the template it built, so that nothing is left for an atexit hook that a SIGTERM skips (uvicorn
+    re-raises it; CI saw a cgroup outlive `agentrl serve-env`). In this process, so that a runtime the shutdown
+    did not end is still alive when it is checked."""
+    import os
+
+    import uvicorn
+
+    from agentrl.serving.env_server import EnvServerConfig, create_app
+    from rewards.server import listen_socket
+    from sandbox.workspace.leftovers import leftovers
+
+    local = make("harbor:examples/tasks")
+    sock = listen_socket("127.0.0.1", 0, "test")
+    port = sock.getsockname()[1]
+    app = create_app(EnvServerConfig("harbor:examples/tasks", {}, host="127.0.0.1", port=port))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_ping_interval=None))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with ws(f"http://127.0.0.1:{port}") as conn:
+            text, info = local.reset(seed=5)
+            assert ask(conn, {"type": "reset", "data": {"seed": 5}})["data"]["observation"]["text"] == text
+            reply = ask(conn, {"type": "step", "data": {"text": local.reference_answer(info["task"])}})["data"]
+            assert reply["reward"] == 1.0 and reply["done"] is True
+        assert leftovers(os.getpid())["cgroups"]  # the env's runtimes wait, parked, for the next episode
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert not any(leftovers(os.getpid()).values())
