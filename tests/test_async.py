@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,7 +121,8 @@ def test_a_partial_rollout_continues_under_new_weights_and_keeps_its_versions(ti
     env.on_first_step = publish
     ex = MultiTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=3), n_samples=3,
                            pool=EnvPool(workers=4))
-    trajs = ex.run([env.sample_task(env.np_random)])
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    trajs = ex.run([env.sample_task(rng)])
     assert all(t.info["action_versions"] == [0, 1] and not t.info.get("failed") for t in trajs)
     assert torch.equal(next(engine.engine.model.parameters()), next(newer.parameters()))
     exp = Experience.from_trajectories(trajs, tok.pad_token_id)
@@ -166,7 +168,8 @@ def test_one_optimizer_step_needs_no_old_logprob_forward(tiny):
     model, tok, env = tiny
     ex = SingleTurnExecutor(env, _engine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4)
     torch.manual_seed(0)
-    exp = Experience.from_trajectories(ex.run([env.sample_task(env.np_random) for _ in range(2)]), tok.pad_token_id)
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    exp = Experience.from_trajectories(ex.run([env.sample_task(rng) for _ in range(2)]), tok.pad_token_id)
     exp.advantages = torch.randn(exp.action_mask.shape) * exp.action_mask
     exp.engine_logprobs = exp.engine_logprobs - 0.3 * torch.rand(exp.engine_logprobs.shape)  # a stale engine
     algo = AlgoConfig(tis_cap=2.0)
@@ -193,7 +196,8 @@ def test_max_metrics_are_the_max_over_mini_batches(tiny):
     model, tok, env = tiny
     ex = SingleTurnExecutor(env, _engine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4)
     torch.manual_seed(0)
-    exp = Experience.from_trajectories(ex.run([env.sample_task(env.np_random) for _ in range(2)]), tok.pad_token_id)
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    exp = Experience.from_trajectories(ex.run([env.sample_task(rng) for _ in range(2)]), tok.pad_token_id)
     exp.advantages = torch.randn(exp.action_mask.shape) * exp.action_mask
     exp.engine_logprobs = exp.engine_logprobs.clone()
     exp.engine_logprobs[4:] -= 2.0 * exp.action_mask[4:]  # only the second mini-batch is far off

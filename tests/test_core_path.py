@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -58,7 +59,8 @@ def test_top_k_one_is_greedy(tiny):
 def test_executor_groups_and_token_exact_trajectories(tiny):
     model, tok, env = tiny
     ex = SingleTurnExecutor(env, HFEngine(model, tok), tok, SamplingParams(max_new_tokens=4), n_samples=3)
-    tasks = [env.sample_task(env.np_random) for _ in range(4)]
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    tasks = [env.sample_task(rng) for _ in range(4)]
     trajs = ex.run(tasks, group_offset=10)
     assert [t.group_id for t in trajs] == [10] * 3 + [11] * 3 + [12] * 3 + [13] * 3
     for t, task in zip(trajs, [x for x in tasks for _ in range(3)]):
@@ -77,7 +79,8 @@ def test_executor_survives_a_crashing_env(tiny):
 
     boom = Boom(template="{expr}=")
     ex = SingleTurnExecutor(boom, HFEngine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=2)
-    trajs = ex.run([boom.sample_task(boom.np_random)])
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    trajs = ex.run([boom.sample_task(rng)])
     assert all(t.reward == 0.0 and t.info["failed"] and "exploded" in t.info["error"] for t in trajs)
 
 
@@ -97,7 +100,8 @@ def test_experience_layout_is_token_exact():
 
 
 def _batch(tok, env, n=16):
-    ts = [env.sample_task(env.np_random) for _ in range(n)]
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    ts = [env.sample_task(rng) for _ in range(n)]
     trajs = [Trajectory(tok(t.prompt)["input_ids"], [Segment(tok(t.answer)["input_ids"] + [tok.eos_token_id], True)],
                         float(i % 2), t.id, i // 4) for i, t in enumerate(ts)]
     exp = Experience.from_trajectories(trajs, tok.pad_token_id)

@@ -16,6 +16,7 @@ import importlib.util
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from environments.arithmetic import ArithmeticEnv
@@ -104,7 +105,8 @@ def test_a_partial_rollout_over_ray_continues_under_new_weights(ray_cluster, ray
         env.on_first_step = lambda: ray.get(group.actors[0].load_versioned.remote(weights, 1))  # idempotent
         tok = load_tokenizer(path)
         ex = MultiTurnExecutor(env, fleet, tok, SamplingParams(max_new_tokens=3), n_samples=3, pool=EnvPool(4))
-        trajs = ex.run([env.sample_task(env.np_random)])
+        rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+        trajs = ex.run([env.sample_task(rng)])
         assert all(t.info["action_versions"] == [0, 1] and not t.info.get("failed") for t in trajs)
         prompt = tok("1+2=")["input_ids"]
         greedy = SamplingParams(max_new_tokens=4, temperature=0.0)

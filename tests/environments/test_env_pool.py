@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -104,7 +105,8 @@ def test_single_turn_executor_fails_only_the_hung_and_the_raising_episode(tiny):
     ex = SingleTurnExecutor(env, HFEngine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4,
                             pool=EnvPool(workers=8, timeout_s=2.0))
     start = time.monotonic()
-    trajs = ex.run([env.sample_task(env.np_random) for _ in range(3)])
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    trajs = ex.run([env.sample_task(rng) for _ in range(3)])
     assert time.monotonic() - start < 30  # the hung step was cut at its deadline
     failed = [t for t in trajs if t.info.get("failed")]
     assert len(trajs) == 12 and len(failed) == 2
@@ -121,7 +123,8 @@ def test_multi_turn_executor_steps_async_envs_concurrently(tiny):
     env = flaky_envs.AsyncSleepArithmetic(delay_s=0.2, hang_at=0, template="{expr}=")
     ex = MultiTurnExecutor(env, HFEngine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=6,
                            max_turns=2, pool=EnvPool(workers=1, timeout_s=2.0))
-    trajs = ex.run([env.sample_task(env.np_random)])
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    trajs = ex.run([env.sample_task(rng)])
     assert ex.pool.max_running == 6  # every episode's step was in flight at once
     failed = [t for t in trajs if t.info.get("failed")]
     assert len(failed) == 1 and "StepTimeout" in failed[0].info["error"]
@@ -137,7 +140,8 @@ def test_an_env_that_cannot_be_copied_steps_one_call_at_a_time(tiny, caplog):
     env.handle = threading.Lock()  # e.g. a connection: deepcopy refuses it
     ex = SingleTurnExecutor(env, HFEngine(model, tok), tok, SamplingParams(max_new_tokens=3), n_samples=4,
                             pool=EnvPool(workers=4))
-    trajs = ex.run([env.sample_task(env.np_random) for _ in range(2)])
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    trajs = ex.run([env.sample_task(rng) for _ in range(2)])
     assert len(trajs) == 8 and not any(t.info.get("failed") for t in trajs)
     assert "cannot be copied" in caplog.text
 

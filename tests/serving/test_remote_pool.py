@@ -29,7 +29,8 @@ def test_episodes_spread_over_servers_and_score_as_here():
     local = make("agentrl/Arithmetic-v0")
     with serve_env("agentrl/Arithmetic-v0") as (a, _), serve_env("agentrl/Arithmetic-v0") as (b, _):
         env = remote([a, b])
-        tasks = [local.sample_task(local.np_random) for _ in range(6)]
+        rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+        tasks = [local.sample_task(rng) for _ in range(6)]
         copies = [clone_env(env) for _ in tasks]
         opened = [c.reset(options={"task": t}) for c, t in zip(copies, tasks)]  # six episodes in flight at once
         assert Counter(info["env_server"] for _, info in opened) == {a: 3, b: 3}  # least-loaded
@@ -45,7 +46,8 @@ def test_episodes_spread_over_servers_and_score_as_here():
 
 def test_a_down_server_is_skipped_and_a_dead_one_fails_its_episode_only():
     local = make("agentrl/Arithmetic-v0")
-    t = local.sample_task(local.np_random)
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    t = local.sample_task(rng)
     with serve_env("agentrl/Arithmetic-v0") as (a, _), serve_env("agentrl/Arithmetic-v0") as (b, proc_b):
         env = remote([a, b])
         on_a, on_b = clone_env(env), clone_env(env)
@@ -182,7 +184,8 @@ def test_an_episode_that_timed_out_gives_its_session_back():
     """A step past the pool's timeout fails its episode and closes its connection, so the server ends the
     session (issue 43: the connection was dropped unclosed and the session held until the idle timeout)."""
     local = make("agentrl/Arithmetic-v0")
-    t = local.sample_task(local.np_random)
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    t = local.sample_task(rng)
     with serve_env("slow_envs:SlowArithmetic", "--idle-timeout", "600") as (a, _):
         env = remote([a], env_id="slow_envs:SlowArithmetic", timeout_s=0.5)
         episode = clone_env(env)
@@ -194,7 +197,8 @@ def test_an_episode_that_timed_out_gives_its_session_back():
 
 def test_a_reset_that_timed_out_is_retried_elsewhere_and_its_session_closed():
     local = make("agentrl/Arithmetic-v0")
-    t = local.sample_task(local.np_random)
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    t = local.sample_task(rng)
     with serve_env("slow_envs:SlowArithmetic", "--kwargs", '{"reset_delay": 1.5}') as (slow, _), \
             serve_env("slow_envs:SlowArithmetic") as (fast, _):
         env = remote([slow, fast], env_id="slow_envs:SlowArithmetic", timeout_s=0.5)
@@ -208,7 +212,8 @@ def test_a_connection_the_server_closed_while_idle_does_not_fail_the_next_episod
     """The server closes a pooled connection at its idle timeout; the next reset takes another, on the same
     server, which is not marked down (issue 43: with one server, the episode failed)."""
     local = make("agentrl/Arithmetic-v0")
-    t = local.sample_task(local.np_random)
+    rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+    t = local.sample_task(rng)
     with serve_env("agentrl/Arithmetic-v0", "--idle-timeout", "0.5") as (a, _):
         env = remote([a])
         for _ in range(2):
@@ -236,7 +241,8 @@ def test_the_pool_under_a_chaos_schedule_loses_and_double_counts_nothing(tmp_pat
     with serve_env("slow_envs:SlowArithmetic", "--kwargs", kwargs, "--idle-timeout", "0.4") as (a, _), \
             serve_env("slow_envs:SlowArithmetic", "--kwargs", kwargs, "--idle-timeout", "0.4") as (b, proc_b):
         env = remote([a, b], env_id="slow_envs:SlowArithmetic", timeout_s=0.6, down_s=0.3)
-        tasks = list({t.id: t for t in (local.sample_task(local.np_random) for _ in range(64))}.values())[:24]
+        rng = np.random.default_rng(0)  # fixed tasks: the same draw every run
+        tasks = list({t.id: t for t in (local.sample_task(rng) for _ in range(64))}.values())[:24]
         assert len(tasks) == 24  # distinct ids: the step log counts steps by task id (a repeat read as a rerun)
         plan = [(k, rng.choice(["ok", "ok", "slow_step", "pause"])) for k in range(len(tasks))]
         ended: Counter = Counter()
