@@ -203,7 +203,8 @@ def build_env(config: EnvServerConfig) -> TextEnv:
 
 
 def create_app(config: EnvServerConfig, env: TextEnv | None = None) -> FastAPI:
-    """The server's app; ``env`` is the template every session copies (built from the config if None)."""
+    """The server's app; ``env`` is the template every session copies (built from the config if None, and then
+    closed by the app's shutdown; one passed in stays the caller's to close)."""
     template = env if env is not None else build_env(config)
     table = SessionTable(template, lambda: build_env(config), max_sessions=config.max_sessions,
                          idle_timeout_s=config.idle_timeout_s, threads=config.threads, owns_template=env is None)
