@@ -48,19 +48,26 @@ def config_at(root: str, config: str) -> str:
     return str(own) if own.is_file() else config
 
 
+def fresh_process(bench: str, call: str, cwd: str, threads: int) -> dict:
+    """``b.<call>`` with ``b`` the module ``bench`` of bench/ (``call``: a call expression, its arguments as
+    Python literals) in a fresh process whose working directory is ``cwd``, with ``threads`` torch threads: the
+    JSON dict it returns. bench/ goes last on that process's path (its sandbox.py would shadow the package)."""
+    code = (f"import json, sys; sys.path.append({str(HERE)!r}); import {bench} as b; "
+            f"print('BENCH' + json.dumps(b.{call}))")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env, timeout=7200)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"the bench worker {bench} in {cwd} failed: {r.stderr[-3000:]}")
+    return json.loads(lines[-1][5:])
+
+
 def checkout_worker(bench: str, root: str, config: str, overrides: list[str], steps: int, warmup: int,
                     threads: int) -> dict:
     """``bench.worker(root, config, overrides, steps, warmup)`` (a module of bench/) in a fresh process whose
     working directory is the checkout ``root``, with ``threads`` torch threads: the JSON dict it returns."""
     config = config_at(root, config)
-    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import {bench} as b; "
-            f"print('BENCH' + json.dumps(b.worker({root!r}, {config!r}, {overrides!r}, {steps}, {warmup})))")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env, timeout=7200)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH")]
-    if r.returncode != 0 or not lines:
-        raise RuntimeError(f"the bench worker of {root} failed: {r.stderr[-3000:]}")
-    return json.loads(lines[-1][5:])
+    return fresh_process(bench, f"worker({root!r}, {config!r}, {overrides!r}, {steps}, {warmup})", root, threads)
 
 
 def by_checkout(before: str | None, rounds: int, run: Callable[[str], dict], digits: int = 2) -> dict[str, list[dict]]:

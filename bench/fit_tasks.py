@@ -19,17 +19,14 @@ here and not there is a generalisation question. Run on a quiet machine, one com
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shlex
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from _ab import fresh_process
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
@@ -79,15 +76,7 @@ def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
 
 def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int) -> dict:
     """``worker`` in a fresh process with ``threads`` torch threads."""
-    # bench/ goes last on the path: its sandbox.py would shadow the sandbox package
-    code = (f"import json, sys; sys.path.append({str(HERE)!r}); import fit_tasks as b; "
-            f"print('BENCH' + json.dumps(b.worker({config!r}, {overrides!r}, {n_tasks}, {steps})))")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=7200)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("BENCH")]
-    if r.returncode != 0 or not lines:
-        raise RuntimeError(f"the bench worker failed: {r.stderr[-3000:]}")
-    return json.loads(lines[-1][5:])
+    return fresh_process("fit_tasks", f"worker({config!r}, {overrides!r}, {n_tasks}, {steps})", str(ROOT), threads)
 
 
 def blocks(per_step: list[list[float | None]], k: int) -> list[list[float]]:

@@ -235,7 +235,9 @@ def rm_run(sft_run, tmp_path_factory) -> dict[str, Any]:
 def test_sft_raises_greedy_success(sft_run):
     before, after = sft_run["before"], sft_run["after"]
     print("sft:", json.dumps({k: sft_run[k] for k in ("steps", "seconds", "before", "after")}))
-    assert after["eval/greedy_accuracy"] >= before["eval/greedy_accuracy"] + 0.03
+    # a training outcome, so its bound sits outside its spread: over data.seed 0-7 (one machine) greedy success
+    # on 200 test tasks went 0.0 -> 0.025-0.09 and the eval loss 5.5 -> ~0.9; a bound of +0.03 failed 1 seed in 8
+    assert after["eval/greedy_accuracy"] >= before["eval/greedy_accuracy"] + 0.01
     assert after["eval/loss"] < 0.3 * before["eval/loss"]
     assert (Path(sft_run["model_dir"]) / "config.json").exists()
 
@@ -254,7 +256,10 @@ def test_reward_model_ranks_held_out_answers_and_loads_as_the_learner_reward_mod
 
     _, tok, _ = tiny
     print("rm:", json.dumps({k: rm_run[k] for k in ("steps", "seconds", "before", "after", "reward_stats")}))
-    assert rm_run["after"]["eval/accuracy"] >= 0.9
+    # bounds outside the spread of this training outcome and far above chance (0.46 before training): over
+    # data.seed 0-7 (one machine) dev accuracy 0.855-0.955, test-split ranking 0.87-0.97 (5 of them); 0.9
+    # failed 2 in 8, seed 0 among them on a CI machine (another CPU's float path trains another model)
+    assert rm_run["after"]["eval/accuracy"] >= 0.8
     stats = json.loads((Path(rm_run["model_dir"]) / "reward_stats.json").read_text())
     assert stats["std"] > 0
     # the learner's loader, on test-split tasks the trainer never saw (neither train nor dev)
@@ -266,7 +271,7 @@ def test_reward_model_ranks_held_out_answers_and_loads_as_the_learner_reward_mod
     bad = rm.score(_trajs(tok, tasks, [wrong_answer(test_env, t, rng, pool, "random") for t in tasks]))
     ranked = float(np.mean([g > b for g, b in zip(good, bad)]))
     print(f"rm: test-split ranking accuracy through RewardModel.score {ranked:.3f}")
-    assert ranked >= 0.9
+    assert ranked >= 0.8
     assert abs(float(np.mean(good + bad))) < 1.0  # normalised by the stored mean/std
 
 
@@ -317,7 +322,9 @@ def test_dpo_cli_increases_the_held_out_margin(sft_run, tmp_path, capsys):
     before, after = rows[0], rows[-1]
     print("dpo:", json.dumps({"before": before, "after": after}))
     assert before["eval/margin"] == pytest.approx(0.0, abs=1e-5)  # the policy starts as its reference
-    assert after["eval/margin"] > 0.5 and after["eval/accuracy"] >= 0.8
+    # over data.seed 0-7 (one machine): accuracy 0.84-0.92, margin 1.2-1.7; bounds below that spread, far from a
+    # policy that learned nothing (margin 0, accuracy ~0.5)
+    assert after["eval/margin"] > 0.5 and after["eval/accuracy"] >= 0.75
     assert after["eval/logp_margin"] > before["eval/logp_margin"]
     assert (tmp_path / "final" / "config.json").exists()
 
