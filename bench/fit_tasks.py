@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from _ab import fresh_process
 
@@ -32,16 +34,29 @@ ROOT = Path(__file__).resolve().parent.parent
 def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
     """``steps`` synchronous RL steps of ``config`` on ``n_tasks`` fixed training tasks: each task's mean reward
     at each step (every episode, before any group is dropped), and each step's metrics of interest."""
-    import numpy as np
-
     from agentrl.config import load_config
-    from agentrl.training.tasks import TaskSource
     from agentrl.training.trainer import Trainer
 
     fixed_overrides = [f"data.prompts_per_step={n_tasks}", "rollout.async=false", "log.eval_every=0",
                        "learner.max_seconds=0", "run.max_seconds=0", f"learner.total_steps={steps}"]
     cfg = load_config(config, [*overrides, *fixed_overrides])
-    trainer = Trainer(cfg, run_dir=tempfile.mkdtemp(prefix="agentrl-bench-fit-"))
+    run_dir = tempfile.mkdtemp(prefix="agentrl-bench-fit-")
+    try:
+        trainer = Trainer(cfg, run_dir=run_dir)
+        try:
+            return fit(trainer, cfg, n_tasks, steps)
+        finally:
+            trainer.rollouts.close()
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
+    """``worker``'s steps on a built ``trainer`` (``cfg``: its ``RunConfig``)."""
+    import numpy as np
+
+    from agentrl.training.tasks import TaskSource
+
     rng = np.random.default_rng(cfg.data.seed)
     pool = getattr(trainer.env, "tasks", None)
     if pool:
@@ -70,7 +85,6 @@ def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
         per_step.append([statistics.mean(by_task[i]) if i in by_task else None for i in ids])
         metrics.append({k: m.get(k) for k in ("kl", "loss/entropy", "groups/varied", "time/step")})
         print(f"step {s + 1}: reward {statistics.mean(r for r in per_step[-1] if r is not None):.3f}", flush=True)
-    trainer.rollouts.close()
     return {"per_step": per_step, "metrics": metrics, "tasks": len(ids)}
 
 
