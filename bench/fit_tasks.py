@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
     """``steps`` synchronous RL steps of ``config`` on ``n_tasks`` fixed training tasks: each task's mean reward
-    at each step (every episode, before any group is dropped), and each step's metrics of interest."""
+    at each step (every episode, before any group is dropped), and each step's KL (None without a KL term)."""
     from agentrl.config import load_config
     from agentrl.training.trainer import Trainer
 
@@ -75,7 +75,8 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
 
     trainer.sample = watched
     ids = [t.id for t in tasks]
-    per_step, metrics = [], []
+    per_step: list[list[float | None]] = []
+    kls: list[float | None] = []
     for s in range(steps):
         seen.clear()
         m = trainer.step()
@@ -83,9 +84,9 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
         for traj in seen:
             by_task.setdefault(traj.task_id, []).append(traj.reward)
         per_step.append([statistics.mean(by_task[i]) if i in by_task else None for i in ids])
-        metrics.append({k: m.get(k) for k in ("kl", "loss/entropy", "groups/varied", "time/step")})
+        kls.append(m.get("kl"))
         print(f"step {s + 1}: reward {statistics.mean(r for r in per_step[-1] if r is not None):.3f}", flush=True)
-    return {"per_step": per_step, "metrics": metrics, "tasks": len(ids)}
+    return {"per_step": per_step, "kl": kls}
 
 
 def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int) -> dict:
@@ -113,7 +114,7 @@ def table(results: dict[str, dict], k: int) -> str:
         up = sum(1 for x, y in zip(b[0], b[-1]) if y - x > 0.25)
         down = sum(1 for x, y in zip(b[0], b[-1]) if x - y > 0.25)
         curve = " | ".join(f"{statistics.mean(row):.3f}" for row in b)
-        kl = r["metrics"][-1].get("kl")
+        kl = r["kl"][-1]
         out.append(f"| {name} | {len(r['per_step'])} | {curve} | {up} / {down} | "
                    f"{'-' if kl is None else f'{kl:.4f}'} |")
     return "\n".join(out)
