@@ -9,6 +9,7 @@ A batch goes into the object store once (``ray.put``) and every rank reads it fr
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -125,13 +126,16 @@ class EngineFleet:
 
         n = len(self.group.actors)
         size = -(-len(prompt_token_ids) // n) if prompt_token_ids else 1
-        chunks = [prompt_token_ids[i:i + size] for i in range(0, len(prompt_token_ids), size)]
+        starts = range(0, len(prompt_token_ids), size)
+        chunks = [prompt_token_ids[s:s + size] for s in starts]
         picks, refs = [], []
-        for chunk in chunks:
+        for start, chunk in zip(starts, chunks):
             i = min(range(n), key=lambda k: self.in_flight[k])
             self.in_flight[i] += len(chunk)
             picks.append(i)
-            refs.append(getattr(self.group.actors[i], method).remote(chunk, params))
+            part = params if params.row_seeds is None else replace(  # each chunk with its prompts' seeds
+                params, row_seeds=params.row_seeds[start:start + size])
+            refs.append(getattr(self.group.actors[i], method).remote(chunk, part))
         try:
             return ray.get(refs)
         finally:

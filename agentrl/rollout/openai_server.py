@@ -24,7 +24,9 @@ policy continues exactly what the agent sent, and that context starts a new samp
 (at most ``batch_wait_s``) until every live episode has a request pending and runs them in one
 ``engine.generate`` call. The sampling parameters are
 the run's (an agent's ``temperature`` is ignored: the samples must come from the policy being
-trained); a request's ``max_tokens`` cuts its completion shorter. FastAPI and uvicorn are
+trained); a request's ``max_tokens`` cuts its completion shorter. An episode opened with a ``seed``
+samples its ``k``-th completion from its own stream (``SamplingParams.row_seeds``: the seed and ``k``),
+whichever other agents' requests share the engine call. FastAPI and uvicorn are
 imported only when a server starts.
 """
 
@@ -34,12 +36,12 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.rollout.chat_turns import closing_left, turn_closing
 from agentrl.rollout.context import extension
-from agentrl.rollout.engines.base import InferenceEngine, SamplingParams
+from agentrl.rollout.engines.base import InferenceEngine, SamplingParams, derive_seed
 from agentrl.types import ContextReset, Segment
 
 
@@ -54,6 +56,7 @@ class Episode:
     completions: int = 0
     rewritten: int = 0
     last_finish: str | None = None
+    seed: int | None = None  # its completions' row seeds derive from it (None: the engine's RNG)
     resets: list[ContextReset] = field(default_factory=list)  # stepwise: contexts the agent rewrote
 
     def window(self) -> tuple[list[int], list[Segment]]:
@@ -142,10 +145,10 @@ class PolicyServer:
             self._pending.put(None)
             self._server = None
 
-    def new_episode(self) -> tuple[str, str]:
-        """(episode id, base URL for ``openai.OpenAI(base_url=...)``)."""
+    def new_episode(self, seed: int | None = None) -> tuple[str, str]:
+        """(episode id, base URL for ``openai.OpenAI(base_url=...)``); ``seed``: see the module docstring."""
         eid = str(next(self._ids))
-        self.episodes[eid] = Episode()
+        self.episodes[eid] = Episode(seed=seed)
         return eid, f"http://127.0.0.1:{self.port}/ep/{eid}/v1"
 
     def pop_episode(self, eid: str) -> Episode:
@@ -226,7 +229,8 @@ class PolicyServer:
             ep.window()[1].append(Segment(list(delta), False))
         context = ep.context()
         fut = asyncio.get_running_loop().create_future()
-        self._pending.put((context, fut, asyncio.get_running_loop()))
+        row_seed = None if ep.seed is None else derive_seed(ep.seed, ep.completions)
+        self._pending.put((context, fut, asyncio.get_running_loop(), row_seed))
         comp = await fut
         limit = min(len(comp.token_ids), max_tokens) if max_tokens else len(comp.token_ids)
         ids, logprobs = list(comp.token_ids[:limit]), list(comp.logprobs[:limit])
@@ -254,11 +258,13 @@ class PolicyServer:
                     break
                 batch.append(nxt)
             try:
-                out = self.engine.generate([b[0] for b in batch], self.params)
-                for (_, fut, loop), comp in zip(batch, out):
+                seeds = tuple(b[3] for b in batch)
+                params = self.params if None in seeds else replace(self.params, row_seeds=seeds)
+                out = self.engine.generate([b[0] for b in batch], params)
+                for (_, fut, loop, _), comp in zip(batch, out):
                     loop.call_soon_threadsafe(fut.set_result, comp)
             except Exception as e:  # noqa: BLE001 - every waiting agent gets the error
-                for _, fut, loop in batch:
+                for _, fut, loop, _ in batch:
                     loop.call_soon_threadsafe(fut.set_exception, e)
 
     # ------------------------------------------------------------------ HTTP

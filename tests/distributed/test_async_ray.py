@@ -153,15 +153,18 @@ def test_async_run_over_ray_bounds_staleness_and_checkpoints_the_trained_positio
 
 
 class _Recorder:
-    """An engine stand-in actor: answers each prompt with its own rank (no model: the test is the dispatch)."""
+    """An engine stand-in actor: answers each prompt with its own rank and the prompt's row seed (no model:
+    the test is the dispatch)."""
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
 
     def generate(self, prompts, params):
-        from agentrl.rollout.engines.base import Completion
+        from agentrl.rollout.engines.base import Completion, check_row_seeds
 
-        return [Completion([self.rank]) for _ in prompts]
+        check_row_seeds(params, len(prompts))
+        seeds = params.row_seeds or [-1] * len(prompts)
+        return [Completion([self.rank, seed]) for seed in seeds]
 
     def generate_versioned(self, prompts, params):
         return self.generate(prompts, params), 10 + self.rank
@@ -170,7 +173,8 @@ class _Recorder:
 @pytest.mark.parametrize("versioned", [False, True])
 def test_one_request_spreads_its_chunks_over_every_engine(ray_cluster, by_value, versioned):
     """A request of 8 prompts on 4 engines sends 2 prompts to each (the versioned fleet once sent all 4
-    chunks to engine 0: it picked every chunk's engine before counting any in flight)."""
+    chunks to engine 0: it picked every chunk's engine before counting any in flight), each chunk with its
+    prompts' row seeds."""
     import ray
 
     from agentrl.distributed.async_ray import VersionedFleet, _Handles
@@ -184,6 +188,8 @@ def test_one_request_spreads_its_chunks_over_every_engine(ray_cluster, by_value,
         out = fleet.generate([[1, 2]] * 8, SamplingParams())
         assert [c.token_ids[0] for c in out] == [0, 0, 1, 1, 2, 2, 3, 3]
         assert fleet.in_flight == [0, 0, 0, 0]
+        out = fleet.generate([[1, 2]] * 7, SamplingParams(row_seeds=tuple(range(100, 107))))
+        assert [c.token_ids[1] for c in out] == list(range(100, 107))  # each chunk went with its prompts' seeds
         if versioned:
             assert fleet.version == 10  # the oldest engine's
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -19,10 +20,29 @@ class SamplingParams:
     top_k: int = 0
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    row_seeds: tuple[int, ...] | None = None
+    """One seed per prompt of a ``generate`` call: prompt ``i`` samples from its own random stream, seeded by
+    ``row_seeds[i]``, so its tokens do not depend on which other prompts share the call (a multi-turn
+    executor's batches are made by its envs' timing). None: the engine's own RNG (seeded by ``seed``). Honoured
+    by ``HFEngine``'s loop sampler; vLLM samples as without them (its numerics change with the batch anyway)."""
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+
+def derive_seed(*parts: int) -> int:
+    """A seed in [0, 2**63) that is a fixed function of the integers ``parts`` (e.g. a run's base seed, a
+    group, a sample, a turn), the same in every process and on every platform."""
+    data = b"".join(int(x).to_bytes(16, "little", signed=True) for x in parts)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
+
+
+def check_row_seeds(params: SamplingParams, n_prompts: int) -> None:
+    """Raise ValueError unless ``params.row_seeds`` is None or has one seed per prompt."""
+    if params.row_seeds is not None and len(params.row_seeds) != n_prompts:
+        raise ValueError(f"SamplingParams.row_seeds has {len(params.row_seeds)} seeds for {n_prompts} prompts; "
+                         "give one per prompt or None")
 
 
 @dataclass

@@ -7,13 +7,17 @@ free because the weights are already the policy's. Log-probs are those of the sa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from agentrl.rollout.engines import static_decode
-from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.rollout.engines.base import Completion, SamplingParams, check_row_seeds
+
+log = logging.getLogger(__name__)
 
 
 class HFEngine:
@@ -38,6 +42,7 @@ class HFEngine:
         self.static = static_decode.supports(model)
         self._decoder = static_decode.StaticDecoder()
         self._offloaded = False
+        self._warned_row_seeds = False
 
     @property
     def device(self) -> torch.device:
@@ -45,7 +50,7 @@ class HFEngine:
 
     @torch.inference_mode()  # cheaper per op than no_grad (no version counters); nothing here is trained on
     def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        out: list[Completion] = []
+        check_row_seeds(params, len(prompt_token_ids))
         if params.seed is not None:
             torch.manual_seed(params.seed)
         # similar lengths together: less padding; results are put back in the caller's order
@@ -53,10 +58,11 @@ class HFEngine:
         results: dict[int, Completion] = {}
         for start in range(0, len(order), self.max_batch_size):
             chunk = order[start:start + self.max_batch_size]
-            for i, c in zip(chunk, self._generate_batch([prompt_token_ids[i] for i in chunk], params)):
+            part = params if params.row_seeds is None else replace(
+                params, row_seeds=tuple(params.row_seeds[i] for i in chunk))
+            for i, c in zip(chunk, self._generate_batch([prompt_token_ids[i] for i in chunk], part)):
                 results[i] = c
-        out = [results[i] for i in range(len(prompt_token_ids))]
-        return out
+        return [results[i] for i in range(len(prompt_token_ids))]
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         if any(len(p) == 0 for p in prompts):
@@ -89,6 +95,8 @@ class HFEngine:
         with the transformers forward per token.
         """
         B = ids.shape[0]
+        draws = row_uniforms(params, B)  # (B,S) on the CPU, the same on every device
+        draws = None if draws is None else draws.to(ids.device)
         first, inverse = _distinct_rows(torch.cat([ids, mask], dim=1)) if self.share_prompts else (None, None)
         uids, umask = (ids, mask) if inverse is None else (ids[first], mask[first])
         pos = (umask.cumsum(-1) - 1).clamp(min=0)
@@ -103,12 +111,12 @@ class HFEngine:
         next_pos = pos[:, -1:] + 1
         if self.static:
             return self._decoder.decode(self.model, past, logits, mask, next_pos, params, stops, self.pad_id, _sample,
-                                        groups=inverse if shared else None)
+                                        groups=inverse if shared else None, draws=draws)
         stop_t = torch.tensor(stops, device=ids.device)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks, lps = [], []
         for step in range(params.max_new_tokens):
-            tok, lp = _sample(logits, params)
+            tok, lp = _sample(logits, params, None if draws is None else draws[:, step, None])
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             toks.append(tok)
             lps.append(lp)
@@ -124,7 +132,12 @@ class HFEngine:
 
     def _hf_generate(self, ids: torch.Tensor, mask: torch.Tensor, params: SamplingParams,
                      stops: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """transformers ``generate`` with per-step logits kept. Returns (B,S) ids, logprobs."""
+        """transformers ``generate`` with per-step logits kept. Returns (B,S) ids, logprobs. It samples from the
+        global RNG: ``params.row_seeds`` are not honoured here (a warning, once)."""
+        if params.row_seeds is not None and not params.greedy and not self._warned_row_seeds:
+            self._warned_row_seeds = True
+            log.warning("HFEngine(sampler='generate') samples from torch's global RNG: SamplingParams.row_seeds "
+                        "are ignored, so a row's tokens depend on the rows beside it (sampler='loop' honours them)")
         width = ids.shape[1]
         gen = self.model.generate(
             input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
@@ -185,8 +198,21 @@ def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tenso
     return first.to(rows.device), inverse.to(rows.device)
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from logits (B,V): greedy, or temperature with optional top-k / top-p.
+def row_uniforms(params: SamplingParams, rows: int) -> torch.Tensor | None:
+    """(rows, max_new_tokens) uniforms in [0, 1), row ``i`` drawn from a generator seeded by
+    ``params.row_seeds[i]`` (its stream's prefix, whatever ``max_new_tokens``); None without row seeds or
+    when greedy (nothing is drawn)."""
+    if params.row_seeds is None or params.greedy:
+        return None
+    check_row_seeds(params, rows)
+    return torch.stack([torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(s))
+                        for s in params.row_seeds])
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from logits (B,V): greedy, or temperature with optional top-k / top-p; ``u`` (B,1)
+    the rows' uniforms for this token (None: drawn from the global RNG).
 
     Returns the tokens (B,) and their log-probs under logits / temperature (before truncation).
     """
@@ -206,6 +232,7 @@ def _sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor,
     # inverse CDF: one uniform per row (an exponential per vocabulary entry cost ~10x more at V=260)
     cdf = probs.cumsum(-1)
     total = cdf[:, -1:]
-    u = torch.minimum(torch.rand_like(total) * total, torch.nextafter(total, torch.zeros_like(total)))
+    u = torch.rand_like(total) if u is None else u.to(total.device, total.dtype)
+    u = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     tok = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

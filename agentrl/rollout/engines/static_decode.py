@@ -121,11 +121,13 @@ class StaticDecoder:
 
     def decode(self, model: Any, past: Any, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
                params: SamplingParams, stops: list[int], pad_id: int,
-               sample: Callable[[torch.Tensor, SamplingParams], tuple[torch.Tensor, torch.Tensor]],
-               groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               sample: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+               groups: torch.Tensor | None = None, draws: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """``past``: the prefill's cache, one row per sample, or with ``groups`` (B,) (each row's distinct
         prompt) one row per distinct prompt; ``logits`` (B,V) of each row's last prompt token, ``mask``
-        (B,W) the prompts' attention mask, ``next_pos`` (B,1) the first new position."""
+        (B,W) the prompts' attention mask, ``next_pos`` (B,1) the first new position; ``draws`` (B,S) each
+        row's uniforms (``sample(logits, params, u)`` gets the live rows' (b,1) of the step; None: its own)."""
         base = _base(model)
         cfg = base.config
         B, W = mask.shape
@@ -148,7 +150,7 @@ class StaticDecoder:
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         self.compactions = self.shared_steps = 0
         for step in range(S):
-            tok, lp = sample(logits, params)
+            tok, lp = sample(logits, params, None if draws is None else draws[rows, step, None])
             tok = torch.where(done, torch.full_like(tok, pad_id), tok)
             toks[rows, step], lps[rows, step] = tok, lp
             done |= torch.isin(tok, stop_t)

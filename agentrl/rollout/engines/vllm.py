@@ -24,7 +24,7 @@ import torch
 
 from agentrl.models import resolve_model_source
 from agentrl.preflight import require_vllm_api
-from agentrl.rollout.engines.base import Completion, SamplingParams
+from agentrl.rollout.engines.base import Completion, SamplingParams, check_row_seeds
 
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
@@ -70,6 +70,10 @@ class VLLMEngine:
         base = dict(max_tokens=params.max_new_tokens, temperature=max(params.temperature, 0.0),
                     top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else -1,
                     stop_token_ids=stops, logprobs=0, detokenize=False)
+        check_row_seeds(params, len(prompt_token_ids))
+        # row_seeds are not passed on: vLLM samples a seeded request from its own generator in a Python loop
+        # per decode step, and its GPU kernels' numerics change with the batch anyway (a row's tokens would
+        # still depend on the rows beside it)
         sps = [VSamplingParams(**base, seed=None if params.seed is None else params.seed + i)
                for i in range(len(prompt_token_ids))]
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]

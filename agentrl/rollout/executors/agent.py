@@ -15,6 +15,9 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
+
+from agentrl.rollout.engines.base import derive_seed
 from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import Segment, Task, Trajectory
@@ -67,7 +70,9 @@ class BlackBoxExecutor:
         """``n`` agent episodes per task, concurrently; groups numbered from ``group_offset``."""
         n = self.n_samples if n_samples is None else n_samples
         server = self._server(params or self.params)
-        jobs = [(task, group_offset + i) for i, task in enumerate(tasks) for _ in range(n)]
+        base = int(torch.randint(0, 2**62, (1,)).item())  # each episode's policy samples: its own stream
+        jobs = [(task, group_offset + i, derive_seed(base, group_offset + i, j)) for i, task in enumerate(tasks)
+                for j in range(n)]
         workers = max(1, int(getattr(self.env, "concurrency", 8)))
         with ThreadPoolExecutor(workers, thread_name_prefix="agentrl-agent") as pool:
             self._futures = [pool.submit(self._episode, server, *job) for job in jobs]
@@ -78,8 +83,8 @@ class BlackBoxExecutor:
         futures = list(getattr(self, "_futures", []))
         return sum(f.done() for f in futures), len(futures)
 
-    def _episode(self, server: Any, task: Task, group_id: int) -> Trajectory:
-        eid, base_url = server.new_episode()
+    def _episode(self, server: Any, task: Task, group_id: int, seed: int) -> Trajectory:
+        eid, base_url = server.new_episode(seed)
         info: dict[str, Any] = {}
         try:
             result = self.env.agent_program(base_url, task)

@@ -53,6 +53,13 @@ error once: ``agentrl.rollout.failures``); so does a step whose info says ``fail
 could not run: an infrastructure failure, not a 0). ``info["action_versions"]`` holds the policy version of each
 turn's engine (``engine.version``, asynchronous runs), when it has one.
 
+**Seeds.** Each ``run`` draws a base seed from torch's global RNG. Every episode's env copy is reset with a
+seed derived from it, the episode's group and its place in the group, and each engine call gives each
+episode its own row seed (``SamplingParams.row_seeds``: the same three and how many calls it has made).
+So after ``torch.manual_seed`` a run plays the same episodes however its envs' timing batches their turns
+(with an engine that honours row seeds: ``HFEngine``'s loop sampler; not vLLM, whose GPU numerics change
+with the batch).
+
 **The env's record.** The keys of a step's ``info["trajectory_info"]`` (a dict) are copied into the
 trajectory's ``info``: an env keeps there what a reader of the episode needs beyond its tokens (a
 workspace env: ``commands``, ``outputs``, ``diff``, ``verifier``).
@@ -66,10 +73,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
+
 from agentrl.env import TextEnv
 from agentrl.rollout.chat_turns import REPLY_MARK, closing_left, turn_closing
 from agentrl.rollout.context import COMPACT_INSTRUCTION, ContextPolicy, marker_text
-from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
+from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams, derive_seed
 from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import ContextReset, Segment, Task, Trajectory
@@ -90,6 +99,8 @@ class Episode:
     task: Task
     group_id: int
     prompt_ids: list[int]
+    sample: int = 0  # its place in its group
+    calls: int = 0  # engine calls it took part in (turns and summaries): with the group and sample, its seed
     segments: list[Segment] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
@@ -157,6 +168,7 @@ class MultiTurnExecutor:
         self.keep_observations = False  # True: info["prompt"] (the env's) and info["observations"] (every feedback)
         self.gather = 1.0  # episodes back from their env wait for the engine until they are this many times those stepping
         self.running: list[Episode] = []  # the episodes of the current run (its progress)
+        self._base_seed = 0  # the current run's, drawn from torch's global RNG: each episode's turns' row seeds
         if chat_template and getattr(tokenizer, "chat_template", None):
             try:
                 self.chat = ChatFeedback(tokenizer, getattr(env, "feedback_role", "user"))
@@ -184,8 +196,9 @@ class MultiTurnExecutor:
         n = self.n_samples if n_samples is None else n_samples
         params = params or self.params
         budget = self.max_total_tokens or params.max_new_tokens * self.max_turns  # default: actions only
-        self.running = episodes = [self._start(task, group_offset + i) for i, task in enumerate(tasks)
-                                   for _ in range(n)]
+        self._base_seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.running = episodes = [self._start(task, group_offset + i, j) for i, task in enumerate(tasks)
+                                   for j in range(n)]
         ready = [e for e in episodes if not e.done]  # waiting for the engine
         stepping: dict[Pending, tuple[Episode, list[int]]] = {}  # waiting for their env
         while ready or stepping:
@@ -219,7 +232,12 @@ class MultiTurnExecutor:
         episodes that made a compaction summary instead (they go back to the engine)."""
         contexts = [e.context() for e in batch]
         limits = [self._limit(e, len(c), params, budget) for e, c in zip(batch, contexts)]
-        completions = self._generate(batch, contexts, replace(params, max_new_tokens=max(limits)))
+        # each episode samples from its own stream (run seed, group, sample, call): its tokens do not depend
+        # on which episodes the envs' timing put beside it in this call
+        seeds = tuple(derive_seed(self._base_seed, e.group_id, e.sample, e.calls) for e in batch)
+        for e in batch:
+            e.calls += 1
+        completions = self._generate(batch, contexts, replace(params, max_new_tokens=max(limits), row_seeds=seeds))
         version = getattr(self.engine, "version", None)
         summarized = []
         for e, comp, limit in zip(batch, completions, limits):
@@ -243,7 +261,7 @@ class MultiTurnExecutor:
         episodes are open at once (a warm start's thousands of episodes would otherwise each hold a
         workspace until the last one's first step is done). Group ids count from ``first_group``. ``seed``:
         the env of group id ``g`` is reset with seed ``seed + g`` (a random policy plays the same episodes
-        again, however they are chunked); None leaves each copy's ``np_random`` to the OS."""
+        again, however they are chunked); None: seeds drawn as :meth:`run` draws them (module docstring)."""
         self._script, self._script_seed = act, seed
         try:
             out: list[Trajectory] = []
@@ -279,19 +297,20 @@ class MultiTurnExecutor:
         return max(1, min(limit, self.context.max_tokens - context_len)) if self.context.limited else limit
 
     # ------------------------------------------------------------------ one episode
-    def _start(self, task: Task, group_id: int) -> Episode:
+    def _start(self, task: Task, group_id: int, sample: int = 0) -> Episode:
         env = clone_env(self.env)
-        seed = None if self._script_seed is None else self._script_seed + group_id
+        seed = (derive_seed(self._base_seed, group_id, sample) % 2**31 if self._script_seed is None
+                else self._script_seed + group_id)
         try:
             obs, info = env.reset(seed=seed, options={"task": task})
             prompt = encode_prompt(self.tokenizer, info["prompt"], self.chat_template)
         except Exception as e:  # a crashing env fails this episode, not the batch
             prompt = encode_prompt(self.tokenizer, task.prompt, self.chat_template)
-            ep = Episode(env, task, group_id, prompt)
+            ep = Episode(env, task, group_id, prompt, sample)
             self._fail(ep, e)
             return ep
         kept = {"env_server": info["env_server"]} if "env_server" in info else {}
-        ep = Episode(env, task, group_id, prompt, info={"responses": [], "finish_reason": None,
+        ep = Episode(env, task, group_id, prompt, sample, info={"responses": [], "finish_reason": None,
                                                          "context_max": len(prompt), **kept},
                      state_keys=[state_key(obs, info)])
         if self.keep_observations:
