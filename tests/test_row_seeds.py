@@ -138,3 +138,27 @@ def test_a_multi_turn_run_replays_under_its_seed_whatever_its_envs_timing(policy
     other = _play(policy, 1)
     assert sum(a != b for a, b in zip(first, other)) >= 24
     assert len(set(first)) >= 24  # the samples of a group differ from each other
+
+
+def test_held_out_evaluations_at_any_step_sample_an_unchanged_policy_s_episodes_alike(tmp_path: Any) -> None:
+    """The trainer's held-out evaluations sample under the same seed at every step: an unchanged policy plays
+    the same episodes at step 0 and step 7 (so the lift before -> after RL, paired by task, moves only where
+    the policy did). Before, the seed had the step in it and the envs' timing set the batches."""
+    from agentrl.config import load_config
+    from agentrl.rollout.build import sampling_params
+    from agentrl.training.trainer import Trainer
+
+    cfg = load_config(None, [
+        "env.id=agentrl/GuessNumber-v0", "env.kwargs={rounds: 2, guesses: 6, high: 50, feedback: interval}",
+        "model.warm_start.enabled=false", "model.tiny.hidden_size=64", "model.tiny.num_heads=2",
+        "model.tiny.intermediate_size=128", "data.eval_tasks=8", "rollout.max_new_tokens=6",
+        "rollout.env_workers=4", "log.progress=false", "log.tensorboard=false", "checkpoint.save_final=false"])
+    trainer = Trainer(cfg, run_dir=tmp_path)
+    try:
+        params = sampling_params(cfg)
+        first = [t.response_ids for t in trainer._held_out("sampling", 2000, 2, params)]
+        trainer.step_idx = 7
+        assert [t.response_ids for t in trainer._held_out("sampling", 2000, 2, params)] == first
+        assert len(first) == 16 and len(set(map(tuple, first))) >= 12  # sampled: the episodes differ
+    finally:
+        trainer.rollouts.close()

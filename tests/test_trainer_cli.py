@@ -148,6 +148,8 @@ def test_greedy_and_sampled_success_side_by_side(tmp_path, capsys):
     assert closing_line(summary, True, 3).endswith("+-0.158; sampled (temperature 1, 1 per task) 0.013 -> 0.100")
     paired = closing_line({**summary, "eval_lift": {"lift": 0.1, "se": 0.0302, "up": 1, "down": 0}}, True, 3)
     assert "+-0.158; lift paired by task +0.100, standard error 0.030 (1 tasks up, 0 down); sampled" in paired
+    both = closing_line({**summary, "sampled_lift": {"lift": 0.087, "se": 0.0412, "up": 2, "down": 1}}, True, 3)
+    assert both.endswith("0.013 -> 0.100 (paired standard error 0.041; 2 up, 1 down)")
     cfg = load_config(DEMO, SMALL + ["learner.total_steps=2", "log.eval_every=1"])
     out = Trainer(cfg, run_dir=tmp_path).fit()
     assert out["sampled_before"] is not None and 0 <= out["sampled_after"] <= 1
@@ -158,6 +160,9 @@ def test_greedy_and_sampled_success_side_by_side(tmp_path, capsys):
     evals = [r for r in rows if "eval/accuracy" in r]
     assert ["eval/sampled_accuracy" in r for r in evals] == [True, False, False, True]  # before, 1, 2, after
     assert "; sampled (temperature 1, 1 per task) " in capsys.readouterr().out
+    sampled = out["sampled_lift"]  # one sampled episode a task, before and after, paired
+    assert sampled["lift"] == pytest.approx(out["sampled_after"] - out["sampled_before"])
+    assert sampled["lift"] == pytest.approx((sampled["up"] - sampled["down"]) / out["eval_tasks"])
     off = Trainer(load_config(DEMO, SMALL + ["learner.total_steps=1", "eval.sampled=false"]),
                   run_dir=tmp_path / "off").fit()
     assert off["sampled_after"] is None

@@ -222,4 +222,6 @@ def closing_line(summary: dict[str, Any], warm: bool, steps_run: int, start_step
         was = summary.get("sampled_before")
         line += (f"; sampled (temperature {summary.get('temperature', 1.0):g}, 1 per task) "
                  + (f"{was:.3f} -> " if was is not None else "") + f"{summary['sampled_after']:.3f}")
+        if lift := summary.get("sampled_lift"):  # the same tasks (multi-turn: the same random numbers) paired
+            line += f" (paired standard error {lift['se']:.3f}; {lift['up']} up, {lift['down']} down)"
     return line

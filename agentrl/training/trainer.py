@@ -108,6 +108,7 @@ class Trainer(TrainerWiring):
         self.eval_executor = make_executor(cfg, self.eval_env, eval_engine or self.engine, self.tokenizer)
         self.eval_tasks = fixed_tasks(self.eval_env, cfg.data.eval_tasks, cfg.data.seed + 1000)
         self.eval_correct: list[float] = []  # the last evaluation's mean correctness per held-out task
+        self.sampled_correct: list[float] | None = None  # the last sampled evaluation's (one episode a task)
         if warning := held_out_warning(cfg.env.id, self.env, self.eval_tasks, cfg.env.eval_kwargs):
             print(warning, file=sys.stderr, flush=True)  # evaluation on training data: said, not hidden
         self.learner = self.build_learner()
@@ -311,7 +312,8 @@ class Trainer(TrainerWiring):
     def evaluate(self, sampled: bool = False) -> dict[str, float]:
         """Held-out accuracy, pass@k, maj@k; sampled under its own seed, leaving the training RNG as it was.
         The episodes of the first ``log.eval_samples`` tasks go to samples.jsonl. ``sampled`` (the evaluations
-        before and after RL) adds ``eval/sampled_accuracy`` when the evaluation is greedy and ``eval.sampled``."""
+        before and after RL) adds ``eval/sampled_accuracy`` when the evaluation is greedy and ``eval.sampled``
+        (each task's outcome kept in ``sampled_correct`` for the paired lift)."""
         e, started, params = self.cfg.eval, time.monotonic(), eval_params(self.cfg)
         trajs = self._held_out("evaluating", 1000, e.n_samples, params)
         self.samples.eval(self.step_idx, self.eval_tasks, trajs, e.n_samples, self.version)
@@ -320,17 +322,21 @@ class Trainer(TrainerWiring):
         metrics = summarize(results, e.k)
         if sampled and e.sampled and params.temperature == 0:  # one sampled episode per task beside it
             trajs = self._held_out("sampling", 2000, 1, sampling_params(self.cfg))
-            metrics["sampled_accuracy"] = summarize(task_results(self.eval_tasks, trajs, 1, "eval"), [1])["accuracy"]
+            results = task_results(self.eval_tasks, trajs, 1, "eval")
+            self.sampled_correct = [float(r.correct[0]) for r in results]
+            metrics["sampled_accuracy"] = summarize(results, [1])["accuracy"]
         self.budget.observe_eval(time.monotonic() - started)
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     def _held_out(self, what: str, seed: int, n: int, params: Any) -> list[Trajectory]:
         """``n`` episodes per held-out task under their own seed (the training RNG left as it was), saying
-        where they are while they run."""
+        where they are while they run. The seed is the same at every step: two evaluations of a multi-turn env
+        sample each episode from the same random numbers (its row seeds), so they differ where the policy
+        does, and the lift paired by task is not blurred by the draws."""
         phase = heartbeat if self.tracker is None else self.tracker.phase  # never silent for minutes
         with torch.random.fork_rng(), phase(f"{what} {len(self.eval_tasks)} held-out tasks",
                                             getattr(self.eval_executor, "progress", None)):
-            torch.manual_seed(self.cfg.data.seed + seed + self.step_idx)
+            torch.manual_seed(self.cfg.data.seed + seed)
             trajs = self.eval_executor.run(self.eval_tasks, n_samples=n, params=params)
         self.failures.observe(trajs, "evaluation")
         return trajs
@@ -387,6 +393,7 @@ class Trainer(TrainerWiring):
                 before = self.evaluate(sampled=True)
                 tracker.log(self.step_idx, before)
             correct_before = None if self.resumed else self.eval_correct
+            sampled_before, self.sampled_correct = self.sampled_correct, None
             tracker.print(f"held-out accuracy before RL: {before['eval/accuracy']:.3f}")
             rl_seconds = self._rl_steps(tracker)
             if self.stop_signal is not None:
@@ -395,6 +402,8 @@ class Trainer(TrainerWiring):
             after = self.evaluate(sampled=True) if evaluated else before
             tracker.log(self.step_idx, after)
             lift = paired_lift(correct_before, self.eval_correct) if evaluated and correct_before else None
+            both = evaluated and not self.resumed and sampled_before and self.sampled_correct
+            sampled_lift = paired_lift(sampled_before, self.sampled_correct) if both else None
         finally:
             self.tracker = None
             tracker.close()
@@ -410,6 +419,7 @@ class Trainer(TrainerWiring):
                    "sampled_before": before.get("eval/sampled_accuracy"),
                    "sampled_after": after.get("eval/sampled_accuracy"),
                    "eval_lift": None if lift is None else dict(vars(lift)),
+                   "sampled_lift": None if sampled_lift is None else dict(vars(sampled_lift)),
                    "warm_start": self.warm, "learning_curve": str(plot) if plot else None}
         line = closing_line(summary, self.warm is not None, self.step_idx - self.start_step, self.start_step)
         print(line + (f"; {self.budget.summary()}" if self.budget.active else ""), flush=True)
