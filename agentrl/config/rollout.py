@@ -61,7 +61,8 @@ class DataConfig:
     """Seed of the run: task sampling, generation and initialisation, the warm start and the held-out tasks
     (``learner.seed``, when set, takes over RL's task order, sampling and initialisation). A multi-turn run
     plays the same episodes under it however its envs' timing batches their turns (each episode samples from
-    its own stream: ``SamplingParams.row_seeds``; the transformers engine)."""
+    its own stream: ``SamplingParams.row_seeds``; the transformers engine), up to the last bits of the
+    logits, which move with the batch's shape."""
     eval_tasks: int = 500
     """Held-out tasks per evaluation."""
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)

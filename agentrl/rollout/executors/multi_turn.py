@@ -58,7 +58,7 @@ seed derived from it, the episode's group and its place in the group, and each e
 episode its own row seed (``SamplingParams.row_seeds``: the same three and how many calls it has made).
 So after ``torch.manual_seed`` a run plays the same episodes however its envs' timing batches their turns
 (with an engine that honours row seeds: ``HFEngine``'s loop sampler; not vLLM, whose GPU numerics change
-with the batch).
+with the batch), up to the last bits of a row's logits, which move with the batch's shape.
 
 **The env's record.** The keys of a step's ``info["trajectory_info"]`` (a dict) are copied into the
 trajectory's ``info``: an env keeps there what a reader of the episode needs beyond its tokens (a
