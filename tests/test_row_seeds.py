@@ -162,3 +162,25 @@ def test_held_out_evaluations_at_any_step_sample_an_unchanged_policy_s_episodes_
         assert len(first) == 16 and len(set(map(tuple, first))) >= 12  # sampled: the episodes differ
     finally:
         trainer.rollouts.close()
+
+
+def test_a_single_turn_sample_does_not_depend_on_how_the_engine_chunks_the_batch(policy: tuple[Any, Any]) -> None:
+    """16 tasks x 4 samples under one seed: the same 64 responses whether the engine decodes them in one batch
+    or in chunks of 5 (each sample draws from its own stream; before, the chunks drew from one stream in turn,
+    so the chunk size changed every sample after the first chunk)."""
+    from agentrl.rollout.executors.single_turn import SingleTurnExecutor
+    from environments.arithmetic import ArithmeticEnv
+
+    model, tok = policy
+    env = ArithmeticEnv(digits=2, operators="+", terms=2, template="{expr}=", bare_answer=True)
+    tasks = [env.sample_task(np.random.default_rng(i)) for i in range(16)]
+
+    def play(chunk: int, seed: int) -> list[tuple[int, ...]]:
+        engine = HFEngine(model, tok, max_batch_size=chunk)
+        ex = SingleTurnExecutor(env, engine, tok, SamplingParams(max_new_tokens=6), n_samples=4)
+        torch.manual_seed(seed)
+        return [tuple(t.response_ids) for t in ex.run(tasks)]
+
+    whole = play(512, 0)
+    assert play(5, 0) == whole
+    assert len(set(whole)) >= 48 and sum(a != b for a, b in zip(whole, play(512, 1))) >= 48

@@ -11,7 +11,10 @@ into the trajectory's info and its ``info["calls"]`` become ``info["tool_calls"]
 returns ``terminated=False`` (feedback for a next turn) ends the episode anyway, as ``max_turns``
 (truncated), with a warning once per env class: the env forgot ``max_turns > 1``. ``info["action_versions"]``
 holds the policy version of the engine that generated the response (``engine.version``, asynchronous
-runs), when it has one.
+runs), when it has one. Each sample draws from its own random stream (``SamplingParams.row_seeds``, from a base
+seed drawn from torch's RNG, its group and its place in the group): under ``torch.manual_seed`` a sample's
+tokens do not depend on how the engine batches the rows, and two policies evaluated under one seed are
+compared on the same random numbers.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ import inspect
 import logging
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
+import torch
+
 from agentrl.env import TextEnv
-from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams
+from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams, derive_seed
 from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.types import Segment, Task, Trajectory
 
@@ -105,7 +111,9 @@ class SingleTurnExecutor:
         self._prompts.clear()
         prompts = [self.prompt_ids(t) for t in tasks]
         flat = [p for p in prompts for _ in range(n)]
-        completions = self.engine.generate(flat, params or self.params)
+        base = int(torch.randint(0, 2**62, (1,)).item())  # each sample its own stream: (run, group, sample)
+        seeds = tuple(derive_seed(base, group_offset + k // n, k % n) for k in range(len(flat)))
+        completions = self.engine.generate(flat, replace(params or self.params, row_seeds=seeds))
         version = getattr(self.engine, "version", None)
         texts = self.decode_batch([c.token_ids for c in completions])
         score = self._score_async if inspect.iscoroutinefunction(self.env.step) else self._score
