@@ -11,7 +11,9 @@ first draws from a generator seeded by ``data.seed``, or a seeded pick of a data
 of them (``data.prompts_per_step`` = ``--tasks``) x ``rollout.n_samples``, synchronously, for ``--steps``
 ``Trainer.step()``. The table has the mean reward of every episode of those tasks in each block of steps (the
 first is the policy the RL starts from, plus its first updates), how many tasks gained or lost more than 0.25
-between the first and the last block, and the last step's KL. A pipeline whose RL learns nothing here (a sign,
+between the first and the last block, the last step's KL, and how many of the tasks' episodes the updates
+changed (after the first step and after the last: the tasks replayed under one seed before and after, each
+episode from its own random stream, so a changed episode is the policy's doing, not the draws'). A pipeline whose RL learns nothing here (a sign,
 mask or reward defect, or a policy that cannot move) will not lift held-out success either; one that climbs
 here and not there is a generalisation question. Run on a quiet machine, one compute process at a time.
 """
@@ -77,16 +79,30 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
     ids = [t.id for t in tasks]
     per_step: list[list[float | None]] = []
     kls: list[float | None] = []
+    first = replay(trainer, tasks, cfg.data.seed)
+    moved: list[int] = []
     for s in range(steps):
         seen.clear()
         m = trainer.step()
+        if s in (0, steps - 1):  # the same tasks on the same random numbers: the episodes the updates changed
+            moved.append(sum(a != b for a, b in zip(first, replay(trainer, tasks, cfg.data.seed))))
         by_task: dict[str, list[float]] = {}
         for traj in seen:
             by_task.setdefault(traj.task_id, []).append(traj.reward)
         per_step.append([statistics.mean(by_task[i]) if i in by_task else None for i in ids])
         kls.append(m.get("kl"))
         print(f"step {s + 1}: reward {statistics.mean(r for r in per_step[-1] if r is not None):.3f}", flush=True)
-    return {"per_step": per_step, "kl": kls}
+    return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first)}
+
+
+def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[int, ...]]:
+    """The tokens of ``rollout.n_samples`` episodes of each task under a fixed seed (each episode samples from its
+    own stream, so two policies are compared on the same random numbers); the training RNG left as it was."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + 3000)
+        return [tuple(t.response_ids) for t in trainer.executor.run(tasks)]
 
 
 def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int) -> dict:
@@ -107,16 +123,18 @@ def blocks(per_step: list[list[float | None]], k: int) -> list[list[float]]:
 
 
 def table(results: dict[str, dict], k: int) -> str:
-    out = ["| variant | steps | " + " | ".join(f"block {i + 1}" for i in range(k)) + " | tasks up / down | KL (last) |",
-           "|---|---:|" + "---:|" * k + "---|---:|"]
+    out = ["| variant | steps | " + " | ".join(f"block {i + 1}" for i in range(k))
+           + " | tasks up / down | KL (last) | episodes changed: step 1 / last |",
+           "|---|---:|" + "---:|" * k + "---|---:|---:|"]
     for name, r in results.items():
         b = blocks(r["per_step"], k)
         up = sum(1 for x, y in zip(b[0], b[-1]) if y - x > 0.25)
         down = sum(1 for x, y in zip(b[0], b[-1]) if x - y > 0.25)
         curve = " | ".join(f"{statistics.mean(row):.3f}" for row in b)
         kl = r["kl"][-1]
+        moved = " / ".join(str(n) for n in r["moved"]) + f" of {r['episodes']}"
         out.append(f"| {name} | {len(r['per_step'])} | {curve} | {up} / {down} | "
-                   f"{'-' if kl is None else f'{kl:.4f}'} |")
+                   f"{'-' if kl is None else f'{kl:.4f}'} | {moved} |")
     return "\n".join(out)
 
 

@@ -330,9 +330,9 @@ class Trainer(TrainerWiring):
 
     def _held_out(self, what: str, seed: int, n: int, params: Any) -> list[Trajectory]:
         """``n`` episodes per held-out task under their own seed (the training RNG left as it was), saying
-        where they are while they run. The seed is the same at every step: two evaluations of a multi-turn env
-        sample each episode from the same random numbers (its row seeds), so they differ where the policy
-        does, and the lift paired by task is not blurred by the draws."""
+        where they are while they run. The seed is the same at every step: two evaluations sample each episode
+        from the same random numbers (the executors' row seeds), so they differ where the policy does, and the
+        lift paired by task is not blurred by the draws."""
         phase = heartbeat if self.tracker is None else self.tracker.phase  # never silent for minutes
         with torch.random.fork_rng(), phase(f"{what} {len(self.eval_tasks)} held-out tasks",
                                             getattr(self.eval_executor, "progress", None)):
