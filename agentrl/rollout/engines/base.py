@@ -38,6 +38,12 @@ def derive_seed(*parts: int) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
+def draw_seed() -> int:
+    """A base seed in [0, 2**62) drawn from torch's global RNG (so ``torch.manual_seed`` fixes it): an executor
+    draws one per run and derives its episodes' row seeds from it with :func:`derive_seed`."""
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
 def check_row_seeds(params: SamplingParams, n_prompts: int) -> None:
     """Raise ValueError unless ``params.row_seeds`` is None or has one seed per prompt."""
     if params.row_seeds is not None and len(params.row_seeds) != n_prompts:

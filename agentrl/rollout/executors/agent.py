@@ -15,9 +15,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import torch
-
-from agentrl.rollout.engines.base import derive_seed
+from agentrl.rollout.engines.base import derive_seed, draw_seed
 from agentrl.rollout.executors.multi_turn import MultiTurnExecutor
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import Segment, Task, Trajectory
@@ -70,7 +68,7 @@ class BlackBoxExecutor:
         """``n`` agent episodes per task, concurrently; groups numbered from ``group_offset``."""
         n = self.n_samples if n_samples is None else n_samples
         server = self._server(params or self.params)
-        base = int(torch.randint(0, 2**62, (1,)).item())  # each episode's policy samples: its own stream
+        base = draw_seed()  # each episode's policy samples: its own stream
         jobs = [(task, group_offset + i, derive_seed(base, group_offset + i, j)) for i, task in enumerate(tasks)
                 for j in range(n)]
         workers = max(1, int(getattr(self.env, "concurrency", 8)))

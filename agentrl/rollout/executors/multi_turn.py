@@ -73,12 +73,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-
 from agentrl.env import TextEnv
 from agentrl.rollout.chat_turns import REPLY_MARK, closing_left, turn_closing
 from agentrl.rollout.context import COMPACT_INSTRUCTION, ContextPolicy, marker_text
-from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams, derive_seed
+from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams, derive_seed, draw_seed
 from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.rollout.executors.single_turn import encode_prompt
 from agentrl.types import ContextReset, Segment, Task, Trajectory
@@ -196,7 +194,7 @@ class MultiTurnExecutor:
         n = self.n_samples if n_samples is None else n_samples
         params = params or self.params
         budget = self.max_total_tokens or params.max_new_tokens * self.max_turns  # default: actions only
-        self._base_seed = int(torch.randint(0, 2**62, (1,)).item())
+        self._base_seed = draw_seed()
         self.running = episodes = [self._start(task, group_offset + i, j) for i, task in enumerate(tasks)
                                    for j in range(n)]
         ready = [e for e in episodes if not e.done]  # waiting for the engine

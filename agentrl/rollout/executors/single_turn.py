@@ -26,10 +26,8 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from agentrl.env import TextEnv
-from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams, derive_seed
+from agentrl.rollout.engines.base import Completion, InferenceEngine, SamplingParams, derive_seed, draw_seed
 from agentrl.rollout.env_pool import EnvPool, Pending, clone_env, failure_info
 from agentrl.types import Segment, Task, Trajectory
 
@@ -111,7 +109,7 @@ class SingleTurnExecutor:
         self._prompts.clear()
         prompts = [self.prompt_ids(t) for t in tasks]
         flat = [p for p in prompts for _ in range(n)]
-        base = int(torch.randint(0, 2**62, (1,)).item())  # each sample its own stream: (run, group, sample)
+        base = draw_seed()  # each sample its own stream: (run, group, sample)
         seeds = tuple(derive_seed(base, group_offset + k // n, k % n) for k in range(len(flat)))
         completions = self.engine.generate(flat, replace(params or self.params, row_seeds=seeds))
         version = getattr(self.engine, "version", None)
