@@ -9,12 +9,13 @@ top of the shared ones; default: the config as it is) runs in a fresh process: t
 warm start read from the cache, or made first) trains on a fixed set of ``--tasks`` training tasks (the env's
 first draws from a generator seeded by ``data.seed``, or a seeded pick of a dataset env's tasks), every step all
 of them (``data.prompts_per_step`` = ``--tasks``) x ``rollout.n_samples``, synchronously, for ``--steps``
-``Trainer.step()``. The table has the mean reward of every episode of those tasks in each block of steps (the
-first is the policy the RL starts from, plus its first updates), how many tasks gained or lost more than 0.25
-between the first and the last block, the last step's KL, and how many of the tasks' episodes the updates
-changed (after the first step and after the last: the tasks replayed under one seed before and after, each
-episode from its own random stream, so a changed episode is the policy's doing, not the draws'). A pipeline whose RL learns nothing here (a sign,
-mask or reward defect, or a policy that cannot move) will not lift held-out success either; one that climbs
+``Trainer.step()``. The table has the mean reward of every episode of those tasks in each block of steps (the first
+is the policy the RL starts from, plus its first updates), how many tasks gained or lost more than 0.25 between the
+first and the last block, the last step's KL, and how many of the tasks' episodes the updates changed and how many
+of those rose or fell in reward (after the first step and after the last: the tasks replayed under one seed before
+and after, each episode from its own random stream, so a changed episode is the policy's doing, not the draws'; a
+correct policy gradient at a small step raises more than it lowers). A pipeline whose RL learns nothing here (a
+sign, mask or reward defect, or a policy that cannot move) will not lift held-out success either; one that climbs
 here and not there is a generalisation question. Run on a quiet machine, one compute process at a time.
 """
 
@@ -80,12 +81,12 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
     per_step: list[list[float | None]] = []
     kls: list[float | None] = []
     first = replay(trainer, tasks, cfg.data.seed)
-    moved: list[int] = []
+    moved: list[tuple[int, int, int]] = []
     for s in range(steps):
         seen.clear()
         m = trainer.step()
         if s in (0, steps - 1):  # the same tasks on the same random numbers: the episodes the updates changed
-            moved.append(sum(a != b for a, b in zip(first, replay(trainer, tasks, cfg.data.seed))))
+            moved.append(changed(first, replay(trainer, tasks, cfg.data.seed)))
         by_task: dict[str, list[float]] = {}
         for traj in seen:
             by_task.setdefault(traj.task_id, []).append(traj.reward)
@@ -95,14 +96,21 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
     return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first)}
 
 
-def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[int, ...]]:
-    """The tokens of ``rollout.n_samples`` episodes of each task under a fixed seed (each episode samples from its
-    own stream, so two policies are compared on the same random numbers); the training RNG left as it was."""
+def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[tuple[int, ...], float]]:
+    """The tokens and reward of ``rollout.n_samples`` episodes of each task under a fixed seed (each episode samples
+    from its own stream, so two policies are compared on the same random numbers); the training RNG left as it
+    was."""
     import torch
 
     with torch.random.fork_rng():
         torch.manual_seed(seed + 3000)
-        return [tuple(t.response_ids) for t in trainer.executor.run(tasks)]
+        return [(tuple(t.response_ids), t.reward) for t in trainer.executor.run(tasks)]
+
+
+def changed(before: list, after: list) -> tuple[int, int, int]:
+    """(episodes whose tokens changed, of those the ones whose reward rose, fell) between two replays."""
+    pairs = [(a[1], b[1]) for a, b in zip(before, after) if a[0] != b[0]]
+    return len(pairs), sum(y > x for x, y in pairs), sum(y < x for x, y in pairs)
 
 
 def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int) -> dict:
@@ -132,7 +140,7 @@ def table(results: dict[str, dict], k: int) -> str:
         down = sum(1 for x, y in zip(b[0], b[-1]) if x - y > 0.25)
         curve = " | ".join(f"{statistics.mean(row):.3f}" for row in b)
         kl = r["kl"][-1]
-        moved = " / ".join(str(n) for n in r["moved"]) + f" of {r['episodes']}"
+        moved = " / ".join(f"{n} ({up} up, {down} down)" for n, up, down in r["moved"]) + f" of {r['episodes']}"
         out.append(f"| {name} | {len(r['per_step'])} | {curve} | {up} / {down} | "
                    f"{'-' if kl is None else f'{kl:.4f}'} | {moved} |")
     return "\n".join(out)
