@@ -402,7 +402,7 @@ class Trainer(TrainerWiring):
             after = self.evaluate(sampled=True) if evaluated else before
             tracker.log(self.step_idx, after)
             lift = paired_lift(correct_before, self.eval_correct) if evaluated and correct_before else None
-            both = evaluated and not self.resumed and sampled_before and self.sampled_correct
+            both = evaluated and sampled_before and self.sampled_correct  # a resumed run has no sampled_before
             sampled_lift = paired_lift(sampled_before, self.sampled_correct) if both else None
         finally:
             self.tracker = None
