@@ -34,7 +34,7 @@ from typing import Any
 from agentrl.doctor.report import Check
 from agentrl.rollout.chat_turns import turn_closing
 from agentrl.rollout.context import MARKER, marker_text
-from agentrl.rollout.executors.multi_turn import ChatFeedback
+from agentrl.rollout.executors.episode import ChatFeedback
 from agentrl.types import Segment, Trajectory
 
 WINDOW = 60  # characters shown on each side of a divergence
