@@ -11,12 +11,13 @@ first draws from a generator seeded by ``data.seed``, or a seeded pick of a data
 of them (``data.prompts_per_step`` = ``--tasks``) x ``rollout.n_samples``, synchronously, for ``--steps``
 ``Trainer.step()``. The table has the mean reward of every episode of those tasks in each block of steps (the first
 is the policy the RL starts from, plus its first updates), how many tasks gained or lost more than 0.25 between the
-first and the last block, the last step's KL, and how many of the tasks' episodes the updates changed and how many
+first and the last block, the last step's KL, how many of the tasks' episodes the updates changed and how many
 of those rose or fell in reward (after the first step and after the last: the tasks replayed under one seed before
 and after, each episode from its own random stream, so a changed episode is the policy's doing, not the draws'; a
-correct policy gradient at a small step raises more than it lowers). A pipeline whose RL learns nothing here (a
-sign, mask or reward defect, or a policy that cannot move) will not lift held-out success either; one that climbs
-here and not there is a generalisation question. Run on a quiet machine, one compute process at a time.
+correct policy gradient at a small step raises more than it lowers), and how the first update moved its own
+batch's samples (the mean change of their log-probs, nats, for the better-than-group samples and the worse). A
+pipeline whose RL learns nothing here (a sign, mask or reward defect, or a policy that cannot move) will not lift
+held-out success either; one that climbs here and not there is a generalisation question. Run on a quiet machine, one compute process at a time.
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
         return trajs
 
     trainer.sample = watched
+    first_update: dict[str, float] = {}
+    update = trainer.update
+
+    def measured(exp: Any) -> dict[str, float]:  # the first update: how it moves its own batch's samples
+        if first_update:
+            return update(exp)
+        before = trainer.learner.logprobs(exp)
+        out = update(exp)
+        first_update.update(moves(exp, before, trainer.learner.logprobs(exp)))
+        return out
+
+    trainer.update = measured
     ids = [t.id for t in tasks]
     per_step: list[list[float | None]] = []
     kls: list[float | None] = []
@@ -93,7 +106,21 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
         per_step.append([statistics.mean(by_task[i]) if i in by_task else None for i in ids])
         kls.append(m.get("kl"))
         print(f"step {s + 1}: reward {statistics.mean(r for r in per_step[-1] if r is not None):.3f}", flush=True)
-    return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first)}
+    return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first), "first_update": first_update}
+
+
+def moves(exp: Any, before: Any, after: Any) -> dict[str, float]:
+    """How one update moved the log-prob of each sample it trained on (summed over its action tokens, nats):
+    the mean change of the samples with a positive advantage and of those with a negative one, and the share of
+    the positive ones that rose. A correct policy gradient at a small step raises the first and lowers the second."""
+    mask = exp.action_mask
+    delta = ((after - before) * mask).sum(-1)
+    adv = (exp.advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    pos, neg = adv > 0, adv < 0
+    out = {"pos": delta[pos].mean().item() if pos.any() else 0.0,
+           "neg": delta[neg].mean().item() if neg.any() else 0.0,
+           "pos_up": (delta[pos] > 0).float().mean().item() if pos.any() else 0.0}
+    return out
 
 
 def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[tuple[int, ...], float]]:
@@ -132,8 +159,8 @@ def blocks(per_step: list[list[float | None]], k: int) -> list[list[float]]:
 
 def table(results: dict[str, dict], k: int) -> str:
     out = ["| variant | steps | " + " | ".join(f"block {i + 1}" for i in range(k))
-           + " | tasks up / down | KL (last) | episodes changed: step 1 / last |",
-           "|---|---:|" + "---:|" * k + "---|---:|---:|"]
+           + " | tasks up / down | KL (last) | episodes changed: step 1 / last | first update, nats: better / worse |",
+           "|---|---:|" + "---:|" * k + "---|---:|---:|---:|"]
     for name, r in results.items():
         b = blocks(r["per_step"], k)
         up = sum(1 for x, y in zip(b[0], b[-1]) if y - x > 0.25)
@@ -141,8 +168,10 @@ def table(results: dict[str, dict], k: int) -> str:
         curve = " | ".join(f"{statistics.mean(row):.3f}" for row in b)
         kl = r["kl"][-1]
         moved = " / ".join(f"{n} ({up} up, {down} down)" for n, up, down in r["moved"]) + f" of {r['episodes']}"
+        f = r.get("first_update") or {}
+        first = f"{f['pos']:+.3f} ({f['pos_up']:.0%} up) / {f['neg']:+.3f}" if f else "-"
         out.append(f"| {name} | {len(r['per_step'])} | {curve} | {up} / {down} | "
-                   f"{'-' if kl is None else f'{kl:.4f}'} | {moved} |")
+                   f"{'-' if kl is None else f'{kl:.4f}'} | {moved} | {first} |")
     return "\n".join(out)
 
 
