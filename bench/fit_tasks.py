@@ -109,18 +109,18 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
     return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first), "first_update": first_update}
 
 
-def moves(exp: Any, before: Any, after: Any) -> dict[str, float]:
+def moves(exp: Any, before: Any, after: Any) -> dict[str, float | None]:
     """How one update moved the log-prob of each sample it trained on (summed over its action tokens, nats):
     the mean change of the samples with a positive advantage and of those with a negative one, and the share of
-    the positive ones that rose. A correct policy gradient at a small step raises the first and lowers the second."""
+    the positive ones that rose (None where the batch has no such sample). A correct policy gradient at a small step
+raises the first and lowers the second."""
     mask = exp.action_mask
     delta = ((after - before) * mask).sum(-1)
     adv = (exp.advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     pos, neg = adv > 0, adv < 0
-    out = {"pos": delta[pos].mean().item() if pos.any() else 0.0,
-           "neg": delta[neg].mean().item() if neg.any() else 0.0,
-           "pos_up": (delta[pos] > 0).float().mean().item() if pos.any() else 0.0}
-    return out
+    return {"pos": delta[pos].mean().item() if pos.any() else None,
+            "neg": delta[neg].mean().item() if neg.any() else None,
+            "pos_up": (delta[pos] > 0).float().mean().item() if pos.any() else None}
 
 
 def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[tuple[int, ...], float]]:
@@ -169,7 +169,8 @@ def table(results: dict[str, dict], k: int) -> str:
         kl = r["kl"][-1]
         moved = " / ".join(f"{n} ({up} up, {down} down)" for n, up, down in r["moved"]) + f" of {r['episodes']}"
         f = r.get("first_update") or {}
-        first = f"{f['pos']:+.3f} ({f['pos_up']:.0%} up) / {f['neg']:+.3f}" if f else "-"
+        better = "-" if f.get("pos") is None else f"{f['pos']:+.3f} ({f['pos_up']:.0%} up)"
+        first = f"{better} / {'-' if f.get('neg') is None else format(f['neg'], '+.3f')}"
         out.append(f"| {name} | {len(r['per_step'])} | {curve} | {up} / {down} | "
                    f"{'-' if kl is None else f'{kl:.4f}'} | {moved} | {first} |")
     return "\n".join(out)
