@@ -17,7 +17,8 @@ and after, each episode from its own random stream, so a changed episode is the 
 correct policy gradient at a small step raises more than it lowers), and how the first update moved its own
 batch's samples (the mean change of their log-probs, nats, for the better-than-group samples and the worse). A
 pipeline whose RL learns nothing here (a sign, mask or reward defect, or a policy that cannot move) will not lift
-held-out success either; one that climbs here and not there is a generalisation question. Run on a quiet machine, one compute process at a time.
+held-out success either; one that climbs here and not there is a generalisation question. Run on a quiet machine,
+one compute process at a time.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
         return trajs
 
     trainer.sample = watched
-    first_update: dict[str, float] = {}
+    first_update: dict[str, float | None] = {}
     update = trainer.update
 
     def measured(exp: Any) -> dict[str, float]:  # the first update: how it moves its own batch's samples
@@ -112,8 +113,9 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
 def moves(exp: Any, before: Any, after: Any) -> dict[str, float | None]:
     """How one update moved the log-prob of each sample it trained on (summed over its action tokens, nats):
     the mean change of the samples with a positive advantage and of those with a negative one, and the share of
-    the positive ones that rose (None where the batch has no such sample). A correct policy gradient at a small step
-raises the first and lowers the second."""
+    the positive ones that rose (None where the batch has no such sample). A small policy-gradient step raises the
+    advantage-weighted sum of the samples' log-probs; which side carries that rise is what this shows (on a peaked
+    policy the push-down of the worse samples can carry all of it)."""
     mask = exp.action_mask
     delta = ((after - before) * mask).sum(-1)
     adv = (exp.advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
