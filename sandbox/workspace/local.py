@@ -51,6 +51,10 @@ class LocalWorkspace(RuntimeWorkspace):
         if self._parked is None:
             return super()._start_runtime()
         (self.proc, info), self._parked = self._parked, None
+        # a parked runtime ends at its park deadline unless a request comes; this one makes it a workspace of
+        # its spec's idle limit again (a bare grader may wait longer than park_s for its tree), and a runtime
+        # that ended in the meantime fails here, where the recycler starts a fresh one instead
+        self._request({"op": "ping"}, 30.0, first=True)
         return info
 
     def _launch(self) -> Any:

@@ -293,6 +293,11 @@ class RuntimeWorkspace(Workspace):
         return bytes(out)
 
     def _why(self) -> str:
+        if self.proc is not None and self.proc.poll() is None:
+            try:  # its pipe closes a moment before its exit is seen
+                self.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc is not None and self.proc.poll() is not None:
             return f"its runtime exited with {self.proc.returncode}: closed, TTL or idle timeout"
         return "its runtime closed its pipe"

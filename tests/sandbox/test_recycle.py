@@ -213,6 +213,26 @@ def test_a_parked_runtime_ends_by_itself_after_park_s():
         fresh.close()
 
 
+
+def test_a_grader_taken_from_the_park_outlives_park_s():
+    """A bare grader taken from a parked runtime is held (a pre-started grader waits for its episode's tree) longer
+    than ``park_s``: taking it made it a workspace of its own idle limit, so the tree and the grade still reach it
+    (before: the runtime ended at its park deadline and the grade failed, "its runtime closed its pipe")."""
+    with Recycler(park_s=0.5) as r:
+        ws = r.open(SPEC)
+        ws.exec("echo hi > /app/x")
+        tree = ws.seal()
+        r.release(r.acquire(SPEC))
+        _wait_parked(r, 1)
+        grader = r.acquire(SPEC)
+        assert r.reused == 1
+        time.sleep(1.5)  # three times park_s
+        grader.receive(tree)
+        assert grader.exec("cat /app/x").output == "hi\n"
+        grader.close()
+        ws.close()
+    assert _clean(15)
+
 def _clean(seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while any(leftovers(os.getpid()).values()):
