@@ -46,6 +46,10 @@ class AlgoConfig:
     """Weight of negative advantages (1: the plain policy gradient; 0: only the better-than-baseline samples are
     reinforced; between: the push-down of worse samples damped). On a peaked policy one update lowers a failed
     sample's log-prob by nats while a successful one gains hundredths (docs/configuration.md)."""
+    branch_window: int | None = None
+    """Branch-point credit: each sample's advantage kept only on this many generated tokens from the point
+    where it leaves its nearest sibling of another reward (0: from there to its end; null: off, every token
+    keeps it). The tokens a success shares with a failure decided neither (agentrl.algorithms.branch)."""
     max_refill_rounds: int = 0
     """With drop_zero_std_groups: extra rollout rounds that refill the batch to data.prompts_per_step groups."""
     overlong_buffer: int = 0

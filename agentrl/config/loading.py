@@ -267,6 +267,11 @@ def check_credit_and_context(cfg: Any) -> None:
     if not 0 <= algo.neg_adv_weight <= 1:
         raise ConfigError(f"algo.neg_adv_weight: expected a weight in [0, 1] (1: the plain policy gradient; 0: only "
                           f"better-than-baseline samples reinforced), got {algo.neg_adv_weight!r}")
+    if algo.branch_window is not None and (isinstance(algo.branch_window, bool) or algo.branch_window < 0):
+        raise ConfigError(f"algo.branch_window: expected a token count >= 0 (0: from the branch point to the end; "
+                          f"null: off), got {algo.branch_window!r}")
+    if algo.branch_window is not None and algo.estimator == "gae":
+        raise ConfigError("algo.branch_window compares the samples of a group; the gae estimator has no groups")
     if turn_credit and algo.estimator == "gae":
         raise ConfigError("algo.turn_gamma / algo.step_adv_weight: turn-level credit works with the outcome "
                           "estimators (group_norm, rloo, dr_grpo, reinforce, reinforce_baseline), not gae")

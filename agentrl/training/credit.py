@@ -5,6 +5,8 @@
   rebuilt) the group statistics count it once (``episode_ids``).
 - Turn-level (``algo.turn_gamma`` and/or ``algo.step_adv_weight``): each turn's tokens get that turn's
   score from the per-turn rewards (``agentrl.algorithms.compute_turn_advantages``).
+- Branch-point credit (``algo.branch_window``): either path's advantages kept only on the tokens from where
+  a sample leaves its nearest sibling of another reward (``agentrl.algorithms.branch``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from agentrl.algorithms import compute_advantages, compute_turn_advantages, weight_negative
+from agentrl.algorithms.branch import branch_window
 from agentrl.config import AlgoConfig
 from agentrl.training.experience import Experience
 
@@ -26,6 +29,9 @@ def batch_advantages(exp: Experience, algo: AlgoConfig, kl: torch.Tensor | None 
     """Advantages and returns (B,A) of ``exp`` under ``algo``; ``kl`` (B,A) is the per-token KL penalty when
     the KL is in the reward (None otherwise)."""
     advantages, returns = _advantages(exp, algo, kl, kl_coef)
+    if algo.branch_window is not None:
+        advantages = advantages * branch_window(exp.sequences, exp.action_mask, exp.group_ids, exp.rewards,
+                                                algo.branch_window)
     return weight_negative(advantages, algo.neg_adv_weight), returns
 
 
