@@ -1,6 +1,6 @@
 """Benchmark: can a config's RL raise success on the few training tasks it trains on? (The overfit check.)
 
-    python bench/fit_tasks.py [--config FILE] [--tasks 16] [--steps 30] [--blocks 5] [--threads 2]
+    python bench/fit_tasks.py [--config FILE] [--tasks 16] [--steps 30] [--blocks 5] [--threads 2] [--show N]
                               [--variant "OVERRIDES" ...] [overrides ...]
 
 Held-out success asks two things at once: does the policy get better on what it trains on, and does that carry
@@ -15,7 +15,9 @@ first and the last block, the last step's KL, how many of the tasks' episodes th
 of those rose or fell in reward (after the first step and after the last: the tasks replayed under one seed before
 and after, each episode from its own random stream, so a changed episode is the policy's doing, not the draws'; a
 correct policy gradient at a small step raises more than it lowers), and how the first update moved its own
-batch's samples (the mean change of their log-probs, nats, for the better-than-group samples and the worse). A
+batch's samples (the mean change of their log-probs, nats, for the better-than-group samples and the worse);
+``--show N`` prints, after the table, up to N episodes per variant whose reward the updates changed, with the tokens
+where the replay after the last step parts from the one before (what the policy now writes instead). A
 pipeline whose RL learns nothing here (a sign, mask or reward defect, or a policy that cannot move) will not lift
 held-out success either; one that climbs here and not there is a generalisation question. Run on a quiet machine,
 one compute process at a time.
@@ -36,7 +38,7 @@ from _ab import fresh_process
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
+def worker(config: str, overrides: list[str], n_tasks: int, steps: int, show: int = 0) -> dict:
     """``steps`` synchronous RL steps of ``config`` on ``n_tasks`` fixed training tasks: each task's mean reward
     at each step (every episode, before any group is dropped), and each step's KL (None without a KL term)."""
     from agentrl.config import load_config
@@ -49,15 +51,16 @@ def worker(config: str, overrides: list[str], n_tasks: int, steps: int) -> dict:
     try:
         trainer = Trainer(cfg, run_dir=run_dir)
         try:
-            return fit(trainer, cfg, n_tasks, steps)
+            return fit(trainer, cfg, n_tasks, steps, show)
         finally:
             trainer.rollouts.close()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
-    """``worker``'s steps on a built ``trainer`` (``cfg``: its ``RunConfig``)."""
+def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int, show: int = 0) -> dict:
+    """``worker``'s steps on a built ``trainer`` (``cfg``: its ``RunConfig``); ``show``: how many reward-changing
+    episodes to describe (:func:`parting`)."""
     import numpy as np
 
     from agentrl.training.tasks import TaskSource
@@ -96,18 +99,21 @@ def fit(trainer: Any, cfg: Any, n_tasks: int, steps: int) -> dict:
     kls: list[float | None] = []
     first = replay(trainer, tasks, cfg.data.seed)
     moved: list[tuple[int, int, int]] = []
+    last = first
     for s in range(steps):
         seen.clear()
         m = trainer.step()
         if s in (0, steps - 1):  # the same tasks on the same random numbers: the episodes the updates changed
-            moved.append(changed(first, replay(trainer, tasks, cfg.data.seed)))
+            last = replay(trainer, tasks, cfg.data.seed)
+            moved.append(changed(first, last))
         by_task: dict[str, list[float]] = {}
         for traj in seen:
             by_task.setdefault(traj.task_id, []).append(traj.reward)
         per_step.append([statistics.mean(by_task[i]) if i in by_task else None for i in ids])
         kls.append(m.get("kl"))
         print(f"step {s + 1}: reward {statistics.mean(r for r in per_step[-1] if r is not None):.3f}", flush=True)
-    return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first), "first_update": first_update}
+    return {"per_step": per_step, "kl": kls, "moved": moved, "episodes": len(first), "first_update": first_update,
+            "changes": parting(first, last, trainer.tokenizer, show)}
 
 
 def moves(exp: Any, before: Any, after: Any) -> dict[str, float | None]:
@@ -133,7 +139,7 @@ def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[tuple[int, ...], 
 
     with torch.random.fork_rng():
         torch.manual_seed(seed + 3000)
-        return [(tuple(t.response_ids), t.reward) for t in trainer.executor.run(tasks)]
+        return [(tuple(t.response_ids), t.reward, t.task_id) for t in trainer.executor.run(tasks)]
 
 
 def changed(before: list, after: list) -> tuple[int, int, int]:
@@ -142,9 +148,25 @@ def changed(before: list, after: list) -> tuple[int, int, int]:
     return len(pairs), sum(y > x for x, y in pairs), sum(y < x for x, y in pairs)
 
 
-def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int) -> dict:
+
+def parting(before: list, after: list, tokenizer: Any, show: int, context: int = 12) -> list[str]:
+    """Up to ``show`` episodes of two replays whose reward differs: the task, the rewards, the ``context`` tokens
+    both wrote before they part, and the next three tokens of each."""
+    out = []
+    for (a, r, task), (b, q, _) in zip(before, after):
+        if len(out) >= show:
+            break
+        if r == q:
+            continue
+        d = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        shared, was, now = (tokenizer.decode(list(t)) for t in (a[max(0, d - context):d], a[d:d + 3], b[d:d + 3]))
+        out.append(f"{task} {r:g} -> {q:g}: ...{shared!r} {was!r} -> {now!r}")
+    return out
+
+def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int, show: int = 0) -> dict:
     """``worker`` in a fresh process with ``threads`` torch threads."""
-    return fresh_process("fit_tasks", f"worker({config!r}, {overrides!r}, {n_tasks}, {steps})", str(ROOT), threads)
+    return fresh_process("fit_tasks", f"worker({config!r}, {overrides!r}, {n_tasks}, {steps}, {show})", str(ROOT),
+                         threads)
 
 
 def blocks(per_step: list[list[float | None]], k: int) -> list[list[float]]:
@@ -185,19 +207,26 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--show", type=int, default=0, metavar="N",
+                    help="print up to N episodes per variant whose reward the updates changed, where they part")
     ap.add_argument("--variant", action="append", default=None, metavar="OVERRIDES",
                     help="space-separated overrides of one variant (repeatable; default: the config as it is)")
     ap.add_argument("overrides", nargs="*", help="overrides every variant shares")
     args = ap.parse_args()
-    if args.tasks < 1 or args.steps < 1:
-        ap.error("--tasks and --steps must be at least 1")
+    if args.tasks < 1 or args.steps < 1 or args.show < 0:
+        ap.error("--tasks and --steps must be at least 1, --show at least 0")
     config = str(Path(args.config).resolve())
     results = {}
     for v in args.variant or [""]:
         name = v or "the config"
-        results[name] = run_variant(config, [*args.overrides, *shlex.split(v)], args.tasks, args.steps, args.threads)
+        results[name] = run_variant(config, [*args.overrides, *shlex.split(v)], args.tasks, args.steps, args.threads,
+                                    args.show)
         print(f"{name}: done", flush=True)
     print(table(results, args.blocks))
+    for name, r in results.items():
+        if r.get("changes"):
+            print(f"\n{name}: episodes whose reward changed (before -> after the last step, where they part)")
+            print("\n".join(r["changes"]))
 
 
 if __name__ == "__main__":
