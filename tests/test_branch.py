@@ -140,6 +140,8 @@ def test_batch_advantages_keep_the_branch_window(turn_gamma):
     (["algo.branch_window=-1"], "algo.branch_window: expected a token count >= 0"),
     (["algo.branch_window=true"], "algo.branch_window"),
     (["algo.branch_window=1", "algo.estimator=gae"], "the gae estimator has no groups"),
+    (["algo.branch_window=1", "rollout.samples=turn"], "an episode is several samples"),
+    (["algo.branch_window=0", "rollout.context.policy=truncate"], "an episode is several samples"),
 ])
 def test_branch_window_is_checked_at_load(overrides, message):
     from agentrl.config import ConfigError, load_config

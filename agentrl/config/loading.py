@@ -272,6 +272,9 @@ def check_credit_and_context(cfg: Any) -> None:
                           f"null: off), got {algo.branch_window!r}")
     if algo.branch_window is not None and algo.estimator == "gae":
         raise ConfigError("algo.branch_window compares the samples of a group; the gae estimator has no groups")
+    if algo.branch_window is not None and rollout.samples == "turn":
+        raise ConfigError("algo.branch_window compares whole episodes' actions; with rollout.samples=turn (or a "
+                          "context policy) an episode is several samples, each from its own context")
     if turn_credit and algo.estimator == "gae":
         raise ConfigError("algo.turn_gamma / algo.step_adv_weight: turn-level credit works with the outcome "
                           "estimators (group_norm, rloo, dr_grpo, reinforce, reinforce_baseline), not gae")
