@@ -97,3 +97,33 @@ def test_learner_gradient_is_the_plain_loops(batch, agg, learner):
     assert scale > 1e-5
     for name_param, a, b in zip(model.named_parameters(), want, got):
         assert torch.allclose(a, b, atol=1e-5 * scale, rtol=1e-4), (name_param[0], learner, agg)
+
+
+@pytest.mark.parametrize("window", [1, 0])
+def test_branch_credit_reaches_the_learner_as_a_plain_loops(batch, window):
+    """Branch-point credit (``algo.branch_window``) on the real episodes, rewards set by hand so every group of
+    three holds both outcomes: the advantages keep the window from where each episode parts from its nearest
+    sibling of another reward, and the learner's gradient is still the plain loop's on those sparse advantages."""
+    from dataclasses import replace
+
+    from agentrl.algorithms.branch import branch_window
+    from agentrl.training.credit import batch_advantages
+
+    model, base = batch
+    rewards = torch.tensor([1.0, 0.0, 0.0] * 3 + [1.0])
+    exp = replace(base, rewards=rewards, advantages=None)
+    full, _ = batch_advantages(exp, AlgoConfig())
+    adv, _ = batch_advantages(exp, AlgoConfig(branch_window=window))
+    keep = branch_window(exp.sequences, exp.action_mask, exp.group_ids, rewards, window)
+    assert torch.equal(adv, full * keep)
+    kept = keep.sum(-1)
+    if window == 1:  # one token an episode (none for one equal to a sibling of another reward)
+        assert set(kept[:9].tolist()) <= {0.0, 1.0} and kept[:9].sum() >= 6
+    assert torch.equal(keep[9], exp.action_mask[9])  # alone in its group: every token keeps its (zero) advantage
+    exp.advantages = adv
+    want = plain_loop_grads(model, exp, "token-mean")
+    got = learner_grads(model, exp, "token-mean", micro_batch_size=2)
+    scale = max(float(g.abs().max()) for g in want)
+    assert scale > 1e-6
+    for a, b in zip(want, got):
+        assert torch.allclose(a, b, atol=1e-5 * scale, rtol=1e-4)
