@@ -104,7 +104,7 @@ def test_batch_advantages_keep_the_branch_window(turn_gamma):
     """``algo.branch_window`` zeroes either credit path's advantages outside each sample's window and keeps them
     inside; the groups that agree keep theirs (0 under group_norm)."""
     from agentrl.config import AlgoConfig
-    from agentrl.training.credit import batch_advantages
+    from agentrl.training.credit import batch_advantages, sample_metrics
     from agentrl.training.experience import EpisodeTable, Experience
 
     seqs, mask = _batch([
@@ -134,6 +134,9 @@ def test_batch_advantages_keep_the_branch_window(turn_gamma):
     assert one[1].tolist()[3] < 0 and one[1].count_nonzero() == 1
     assert one[2].tolist()[4] < 0 and one[2].count_nonzero() == 1 and one[3].count_nonzero() == 0
     assert torch.equal(one[4:], full[4:])
+    # kept tokens of the rows with a sibling of another reward (rows 0-3: 1 + 1 + 1 + 0 of 4 + 4 + 4 + 3 generated)
+    assert sample_metrics(exp, AlgoConfig(branch_window=1))["credit/branch_kept"] == pytest.approx(3 / 15)
+    assert "credit/branch_kept" not in sample_metrics(exp, AlgoConfig())
 
 
 @pytest.mark.parametrize("overrides,message", [

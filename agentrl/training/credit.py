@@ -52,8 +52,10 @@ def _advantages(exp: Experience, algo: AlgoConfig, kl: torch.Tensor | None, kl_c
 
 
 def sample_metrics(exp: Experience, algo: AlgoConfig) -> dict[str, float]:
-    """How the batch's episodes became samples (``samples/*``: count, tokens, the longest sample) and, with
-    step groups, how many turns share a state with another episode's (``credit/step_group_frac``)."""
+    """How the batch's episodes became samples (``samples/*``: count, tokens, the longest sample), with step
+    groups how many turns share a state with another episode's (``credit/step_group_frac``), and with
+    ``algo.branch_window`` the share of the generated tokens of varied groups that keep their credit
+    (``credit/branch_kept``)."""
     episodes = len(torch.unique(exp.episode_ids)) if exp.episode_ids is not None else len(exp)
     lengths = exp.attention_mask.sum(-1)
     out = {"samples/count": float(len(exp)), "samples/tokens": float(lengths.sum().item()),
@@ -63,4 +65,10 @@ def sample_metrics(exp: Experience, algo: AlgoConfig) -> dict[str, float]:
         ids = e.step_ids[e.turn_mask.bool()]
         _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
         out["credit/step_group_frac"] = float((counts[inverse] > 1).float().mean()) if ids.numel() else 0.0
+    if algo.branch_window is not None:
+        keep = branch_window(exp.sequences, exp.action_mask, exp.group_ids, exp.rewards, algo.branch_window)
+        varied = torch.tensor([bool(((exp.rewards != r) & (exp.group_ids == g)).any())
+                               for r, g in zip(exp.rewards, exp.group_ids)], dtype=torch.bool)
+        generated = float(exp.action_mask[varied].sum())
+        out["credit/branch_kept"] = float(keep[varied].sum()) / generated if generated else 0.0
     return out
