@@ -131,10 +131,10 @@ def moves(exp: Any, before: Any, after: Any) -> dict[str, float | None]:
             "pos_up": (delta[pos] > 0).float().mean().item() if pos.any() else None}
 
 
-def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[tuple[int, ...], float]]:
-    """The tokens and reward of ``rollout.n_samples`` episodes of each task under a fixed seed (each episode samples
-    from its own stream, so two policies are compared on the same random numbers); the training RNG left as it
-    was."""
+def replay(trainer: Any, tasks: list, seed: int) -> list[tuple[tuple[int, ...], float, str]]:
+    """The tokens, reward and task id of ``rollout.n_samples`` episodes of each task under a fixed seed (each episode
+    samples from its own stream, so two policies are compared on the same random numbers); the training RNG left as
+    it was."""
     import torch
 
     with torch.random.fork_rng():
@@ -146,7 +146,6 @@ def changed(before: list, after: list) -> tuple[int, int, int]:
     """(episodes whose tokens changed, of those the ones whose reward rose, fell) between two replays."""
     pairs = [(a[1], b[1]) for a, b in zip(before, after) if a[0] != b[0]]
     return len(pairs), sum(y > x for x, y in pairs), sum(y < x for x, y in pairs)
-
 
 
 def parting(before: list, after: list, tokenizer: Any, show: int, context: int = 12) -> list[str]:
@@ -162,6 +161,7 @@ def parting(before: list, after: list, tokenizer: Any, show: int, context: int =
         shared, was, now = (tokenizer.decode(list(t)) for t in (a[max(0, d - context):d], a[d:d + 3], b[d:d + 3]))
         out.append(f"{task} {r:g} -> {q:g}: ...{shared!r} {was!r} -> {now!r}")
     return out
+
 
 def run_variant(config: str, overrides: list[str], n_tasks: int, steps: int, threads: int, show: int = 0) -> dict:
     """``worker`` in a fresh process with ``threads`` torch threads."""
