@@ -213,7 +213,6 @@ def test_a_parked_runtime_ends_by_itself_after_park_s():
         fresh.close()
 
 
-
 def test_a_grader_taken_from_the_park_outlives_park_s():
     """A bare grader taken from a parked runtime is held (a pre-started grader waits for its episode's tree) longer
     than ``park_s``: taking it made it a workspace of its own idle limit, so the tree and the grade still reach it
@@ -232,6 +231,7 @@ def test_a_grader_taken_from_the_park_outlives_park_s():
         grader.close()
         ws.close()
     assert _clean(15)
+
 
 def _clean(seconds: float) -> bool:
     deadline = time.monotonic() + seconds
