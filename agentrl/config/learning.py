@@ -50,6 +50,10 @@ class AlgoConfig:
     """Branch-point credit: each sample's advantage kept only on this many generated tokens from the point
     where it leaves its nearest sibling of another reward (0: from there to its end; null: off, every token
     keeps it). The tokens a success shares with a failure decided neither (agentrl.algorithms.branch)."""
+    guide: bool = False
+    """Off-policy guidance: a group none of whose samples succeeded (best reward below 1) gets the env's
+    reference episode of its task in place of its last sample when that scores higher, so a task the policy
+    never solves still gives a success to learn from (agentrl.training.guidance; LUFFY's mixed groups)."""
     max_refill_rounds: int = 0
     """With drop_zero_std_groups: extra rollout rounds that refill the batch to data.prompts_per_step groups."""
     overlong_buffer: int = 0

@@ -275,6 +275,11 @@ def check_credit_and_context(cfg: Any) -> None:
     if algo.branch_window is not None and rollout.samples == "turn":
         raise ConfigError("algo.branch_window compares whole episodes' actions; with rollout.samples=turn (or a "
                           "context policy) an episode is several samples, each from its own context")
+    if not isinstance(algo.guide, bool):
+        raise ConfigError(f"algo.guide: expected true or false, got {algo.guide!r}")
+    if algo.guide and rollout.n_samples < 2:
+        raise ConfigError(f"algo.guide puts a reference episode into a group of samples; rollout.n_samples is "
+                          f"{rollout.n_samples}, so it would replace the policy's only sample (use >= 2)")
     if turn_credit and algo.estimator == "gae":
         raise ConfigError("algo.turn_gamma / algo.step_adv_weight: turn-level credit works with the outcome "
                           "estimators (group_norm, rloo, dr_grpo, reinforce, reinforce_baseline), not gae")

@@ -41,6 +41,7 @@ from agentrl.runs.tracking import StageTimer, Tracker, closing_line, heartbeat, 
 from agentrl.training.budget import RunBudget
 from agentrl.training.credit import batch_advantages, sample_metrics
 from agentrl.training.experience import Experience
+from agentrl.training.guidance import guide, guide_metrics, learner_logprobs_for_guided, reported
 from agentrl.training.lora import (
     apply_lora,
     is_lora,
@@ -99,6 +100,7 @@ class Trainer(TrainerWiring):
         self.critic = self.build_critic()
         self.engine = self.build_engine()
         self.executor = make_executor(cfg, self.env, self.engine, self.tokenizer)
+        self.guide = self.build_guide()  # algo.guide: the env's reference episodes for groups without a success
         self.doctor = None if doctor is None else doctor(self.tokenizer, getattr(self.env, "feedback_role", "user"))
         self.update_doctor: Any = None  # set by the first batch's checks: ``wants``, ``update``
         if doctor is not None and hasattr(self.executor, "keep_observations"):
@@ -169,6 +171,9 @@ class Trainer(TrainerWiring):
             if a.overlong_buffer:
                 apply_overlong_penalty(trajs, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
         self.tasks.observe(trajs)  # the curriculum's evidence (final rewards, before any group is dropped)
+        if self.guide is not None:
+            with self.timer("guide"):
+                trajs = guide(trajs, tasks, self.guide)
         return trajs
 
     def select(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
@@ -186,7 +191,7 @@ class Trainer(TrainerWiring):
 
         if not self.cfg.algo.drop_zero_std_groups:
             kept = ok(trajs)
-            return kept, trajs, {"failed/dropped": float(len(failed))}
+            return kept, reported(trajs), {"failed/dropped": float(len(failed)), **guide_metrics(kept, self.guide)}
 
         def draw(k: int) -> list[Trajectory]:
             with self.timer("tasks"):
@@ -195,14 +200,18 @@ class Trainer(TrainerWiring):
 
         kept, generated, rounds = fill_batch(ok(trajs), draw, self.cfg.data.prompts_per_step,
                                              self.cfg.algo.max_refill_rounds)
-        return kept, generated + failed, {"dynamic/groups_kept": float(num_groups(kept)),
-                                          "dynamic/refill_rounds": float(rounds), "failed/dropped": float(len(failed))}
+        return kept, reported(generated) + failed, {
+            "dynamic/groups_kept": float(num_groups(kept)), "dynamic/refill_rounds": float(rounds),
+            "failed/dropped": float(len(failed)), **guide_metrics(kept, self.guide)}
 
     def make_experience(self, trajs: list[Trajectory]) -> Experience | None:
         """Token-exact batch (None when there is nothing to learn from)."""
         if not trajs:
             return None
-        return Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
+        exp = Experience.from_trajectories(trajs, self.tokenizer.pad_token_id)
+        if self.guide is not None:  # a guided sample's engine log-probs: the learner's (agentrl.training.guidance)
+            learner_logprobs_for_guided(exp, trajs, self.learner.logprobs)
+        return exp
 
     def reference_and_values(self, exp: Experience) -> None:
         """Reference log-probs (when KL is used) and old log-probs (when a batch gets several steps; with

@@ -23,6 +23,7 @@ class TrainerWiring:
     tokenizer: Any
     model_path: str
     engine: Any
+    env: Any
     executor: Any
     version: int
 
@@ -54,6 +55,26 @@ class TrainerWiring:
         """``produce()`` inline, or on a rollout worker (process) at most rollout.max_staleness versions ahead."""
         return make_rollouts(self.cfg.rollout, self.produce, self.engine, self.version,
                              lambda: policy_weights(self.model), getattr(self.executor, "pool", None))
+
+    def build_guide(self) -> Any:
+        """``play(tasks) -> trajectories``: the env's reference episodes for ``algo.guide``
+        (:mod:`agentrl.training.guidance`) on an executor of their own; None when it is off."""
+        if not self.cfg.algo.guide:
+            return None
+        from agentrl.rollout.build import make_executor, sampling_params
+        from agentrl.rollout.executors import SingleTurnExecutor
+        from agentrl.training.guidance import reference_player
+
+        cfg, env, tok = self.cfg, self.env, self.tokenizer
+        executor = make_executor(cfg, env, self.engine, tok)
+        engine = self.engine
+
+        def single(answers: Any) -> Any:
+            answers.version = getattr(engine, "version", None)  # as the policy's samples of this step
+            return SingleTurnExecutor(env, answers, tok, sampling_params(cfg), chat_template=cfg.rollout.chat_template,
+                                      pool=getattr(self.executor, "pool", None))
+
+        return reference_player(env, None if isinstance(executor, SingleTurnExecutor) else executor, tok, single)
 
     def build_learner(self) -> Any:
         return PolicyLearner(self.model, self.cfg.learner, self.cfg.algo, temperature=self.cfg.rollout.temperature,
