@@ -165,15 +165,20 @@ class Trainer(TrainerWiring):
         overlong penalty."""
         with self.timer("generate"):
             trajs = self.rollout(tasks)
+        trajs = self.final_rewards(trajs, tasks)
+        self.tasks.observe(trajs)  # the curriculum's evidence (final rewards, before any group is dropped)
+        if self.guide is not None:  # reference episodes, their rewards final as the policy's are
+            with self.timer("guide"):
+                trajs = guide(trajs, tasks, lambda ts: self.final_rewards(self.guide(ts), ts))
+        return trajs
+
+    def final_rewards(self, trajs: list[Trajectory], tasks: list[Task]) -> list[Trajectory]:
+        """The rewards training uses: the remote reward or reward model's, then the optional overlong penalty."""
         with self.timer("reward"):
             trajs = self.score_unverified(self.score_remote(trajs, tasks))
             a = self.cfg.algo
             if a.overlong_buffer:
                 apply_overlong_penalty(trajs, self.cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
-        self.tasks.observe(trajs)  # the curriculum's evidence (final rewards, before any group is dropped)
-        if self.guide is not None:
-            with self.timer("guide"):
-                trajs = guide(trajs, tasks, self.guide)
         return trajs
 
     def select(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:

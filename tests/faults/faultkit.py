@@ -65,6 +65,11 @@ def hang_on(response: str, task: Task) -> RewardResult:
     return RewardResult(1.0, {"ok": 1.0}, {})
 
 
+def zero(response: str, task: Task) -> RewardResult:
+    """Scores every response 0 (a grader stricter than the env: the env's own reference answers fail it)."""
+    return RewardResult(0.0, {"strict": 0.0}, {})
+
+
 # ---------------------------------------------------------------------------------------- servers
 def free_port() -> int:
     with socket.socket() as s:

@@ -66,6 +66,18 @@ def test_remote_reward_scores_every_sample(tmp_path):
     assert steps[0]["reward/mean"] == 1.0 and steps[0]["failed/count"] == 0  # the server's score, not the env's
 
 
+def test_guidance_scores_the_reference_episodes_as_the_policys(tmp_path):
+    """algo.guide plays the env's reference answer for each group without a success; with a reward server the
+    reference is scored by the server too (here 0 for everything), so it is no better and nothing is guided.
+    Without the server the same untrained policy's groups are guided by the env's 1.0."""
+    guided = ["algo.guide=true", "learner.total_steps=1"]
+    _, plain = _fit(tmp_path / "env", *guided)
+    assert plain[0]["reward/mean"] < 1.0 and plain[0]["guide/samples"] > 0 and plain[0]["guide/reward"] == 1.0
+    with reward_server("--plugin", "faultkit:zero", "--workers", "1") as (url, _):
+        _, steps = _fit(tmp_path / "server", *guided, f"reward.remote_url={url}", "reward.remote_reward=zero")
+    assert steps[0]["reward/mean"] == 0.0 and steps[0]["guide/samples"] == 0.0
+
+
 def test_remote_reward_down_marks_samples_failed_and_training_goes_on(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="agentrl.training.trainer")
     dead = f"http://127.0.0.1:{free_port()}"
