@@ -12,7 +12,13 @@ import pytest
 
 from agentrl.config import ConfigError, load_config
 from agentrl.env import TextEnv, register
-from agentrl.training.curriculum import Curriculum, beta_moment, pick, varied_probability
+from agentrl.training.curriculum import (
+    Curriculum,
+    beta_moment,
+    informative_probability,
+    pick,
+    varied_probability,
+)
 from agentrl.training.tasks import TaskSource
 from agentrl.types import RewardResult, Task, Trajectory
 
@@ -130,6 +136,22 @@ def test_choose_prefers_buckets_whose_groups_vary():
     assert kinds["coin"] == 200  # 4 coin tasks in the pool: both picks, every time
     assert set(c.pending.values()) == {"coin"}
     assert c.metrics()["curriculum/varied_expected"] == pytest.approx(c.weight("coin"))
+
+
+def test_guided_groups_teach_unless_every_sample_succeeds():
+    """With algo.guide a group without a success is given the reference episode: P(informative) = 1 - E[p^n],
+    so the hopeless bucket is picked first, then the coin, never the solved one."""
+    # hand: Beta(1, 3), n = 2: E[p^2] = 1/4 * 2/5 = 0.1 -> 0.9; unguided 1 - 0.1 - E[(1-p)^2] (3/4 * 4/5 = 0.6) = 0.3
+    assert informative_probability(0, 0, 2, 1.0, 3.0, guided=True) == pytest.approx(0.9)
+    assert informative_probability(0, 0, 2, 1.0, 3.0, guided=False) == pytest.approx(0.3)
+    assert informative_probability(0, 0, 0, 1.0, 3.0, guided=True) == 0.0
+    c = Curriculum(["kind"], 4, temperature=0.25, decay=1.0, guided=True)
+    c.counts = {"": [420.0, 420.0], "solved": [400.0, 0.0], "hopeless": [0.0, 400.0], "coin": [20.0, 20.0]}
+    assert c.weight("hopeless") > c.weight("coin") > 0.9 > 0.01 > c.weight("solved")
+    pool = [_task(i, kind=k) for i, k in enumerate(["solved", "coin", "hopeless", "solved"] * 4)]
+    rng = np.random.default_rng(0)
+    kinds = Counter(t.metadata["kind"] for _ in range(200) for t in c.choose(pool, 2, rng))
+    assert kinds["solved"] == 0 and kinds["hopeless"] > kinds["coin"] > 0
 
 
 # ------------------------------------------------------------------ the task source

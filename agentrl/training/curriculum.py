@@ -15,6 +15,11 @@ the bucket one key field up (the family of a family/difficulty bucket; at the to
 ``prior_strength`` samples. Rewards count as successes clipped to
 [0, 1] (a reward of 0.5 is half a success). The prioritisation is DAPO's dynamic sampling moved before the
 episodes instead of after them, and prime-rl's easy/hard filtering made soft.
+
+With ``algo.guide`` a group without a success gets the env's reference episode (agentrl.training.guidance),
+so it varies too: only a group whose samples all succeed teaches nothing, and the weight is
+``P(not all succeed) = 1 - E[p^n]`` (:func:`informative_probability`): the buckets the policy fails most
+are picked most.
 """
 
 from __future__ import annotations
@@ -43,6 +48,15 @@ def varied_probability(successes: float, failures: float, n: int, prior_a: float
         return 0.0
     a, b = prior_a + successes, prior_b + failures
     return max(0.0, 1.0 - beta_moment(a, b, n) - beta_moment(b, a, n))
+
+
+def informative_probability(successes: float, failures: float, n: int, prior_a: float, prior_b: float,
+                            guided: bool) -> float:
+    """Chance that a group of ``n`` samples of a bucket teaches something: :func:`varied_probability`, or with
+    ``guided`` (a group without a success is given one) ``1 - E[p^n]``, under the same posterior."""
+    if not guided:
+        return varied_probability(successes, failures, n, prior_a, prior_b)
+    return max(0.0, 1.0 - beta_moment(prior_a + successes, prior_b + failures, n)) if n >= 1 else 0.0
 
 
 def pick(weights: Sequence[float], k: int, temperature: float, rng: np.random.Generator) -> list[int]:
@@ -74,8 +88,8 @@ class Curriculum:
     MAX_PENDING = 65536
 
     def __init__(self, key: Sequence[str], group_size: int, *, temperature: float = 0.25, decay: float = 0.9,
-                 prior_strength: float = 2.0) -> None:
-        self.key, self.group_size = list(key), group_size
+                 prior_strength: float = 2.0, guided: bool = False) -> None:
+        self.key, self.group_size, self.guided = list(key), group_size, guided
         self.temperature, self.decay, self.prior_strength = temperature, decay, prior_strength
         self.counts: dict[str, list[float]] = {}  # bucket -> [successes, failures]
         self.pending: dict[str, str] = {}  # task id -> bucket, until its rewards are observed
@@ -109,9 +123,9 @@ class Curriculum:
         return a + s, b + f
 
     def weight(self, bucket: str) -> float:
-        """``P(varied)`` of the next group of ``bucket``."""
+        """``P(varied)`` of the next group of ``bucket`` (guided: ``P(not all succeed)``)."""
         a, b = self.posterior(bucket)
-        return varied_probability(0.0, 0.0, self.group_size, a, b)
+        return informative_probability(0.0, 0.0, self.group_size, a, b, self.guided)
 
     def choose(self, candidates: list[Task], k: int, rng: np.random.Generator) -> list[Task]:
         """``k`` of ``candidates`` (in their order), drawn by :meth:`weight` at ``temperature``."""

@@ -80,7 +80,7 @@ def task_source(env: Any, cfg: Any) -> TaskSource:
     if not c.key:
         return TaskSource(env, cfg.rl_seed)
     curriculum = Curriculum(c.key, cfg.rollout.n_samples, temperature=c.temperature, decay=c.decay,
-                            prior_strength=c.prior_strength)
+                            prior_strength=c.prior_strength, guided=bool(cfg.algo.guide))
     dataset = getattr(env, "tasks", None)
     probe = dataset[0] if dataset else env.sample_task(np.random.default_rng(cfg.rl_seed))  # the order's RNG untouched
     try:
