@@ -62,6 +62,10 @@ def test_varied_probability_against_integration_and_simulated_groups(seed):
     draws = rng.random((200_000, n)) < rates[:, None]
     sim = float(np.mean(draws.any(1) & ~draws.all(1)))
     assert got == pytest.approx(sim, abs=0.01)
+    # guided (a group without a success is given one): the share of groups not all successes, both ways
+    guided = informative_probability(s, f, n, a, b, guided=True)
+    assert guided == pytest.approx(float(np.sum((1 - p**n) * w) / np.sum(w)), abs=2e-4)
+    assert guided == pytest.approx(float(np.mean(~draws.all(1))), abs=0.01)
 
 
 def test_pick_distinct_sorted_and_zero_weights_last():
