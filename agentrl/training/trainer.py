@@ -1,7 +1,7 @@
 """The RL driver: one training step reads top to bottom (DESIGN.md "One training step").
 
 ``Trainer.__init__`` only wires components; ``step`` calls the named stages in order:
-tasks -> rollout -> score_unverified -> select (failed samples out) -> make_experience ->
+tasks -> rollout -> score_unverified -> guide (``algo.guide``) -> select (failed samples out) -> make_experience ->
 reference_and_values -> advantages -> update -> sync_weights, then logging and checkpoints in
 ``fit``. The first stages (``produce``) run on a rollout worker ahead of the learner with
 ``rollout.async`` (``agentrl.rollout.async_rollout``); the step reads the same either way.
