@@ -150,6 +150,8 @@ def test_a_single_turn_step_learns_from_the_reference_answer_where_the_policy_fa
     trainer, metrics, batch, exp, lp, played = _step(cfg, tmp_path)
     guided = _check_guided_step(metrics, batch, exp, lp, 3)
     tok, tasks = trainer.tokenizer, {t.id: t for t in played}
+    before = len(played)
+    assert trainer.evaluate()["eval/accuracy"] < 1.0 and len(played) == before  # held-out episodes are never guided
     for i in guided:  # the reference answer's tokens and the EOS after the task's prompt, as a sample's are
         t = batch[i]
         want = tok(trainer.env.reference_answer(tasks[t.task_id]), add_special_tokens=False)["input_ids"]
