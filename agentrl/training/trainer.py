@@ -161,8 +161,8 @@ class Trainer(TrainerWiring):
         return score_remote(trajs, tasks, self.remote_reward, self.cfg.reward)
 
     def sample(self, tasks: list[Task]) -> list[Trajectory]:
-        """Rollouts of ``tasks`` with final rewards: remote reward or reward model, then the optional
-        overlong penalty."""
+        """Rollouts of ``tasks`` with final rewards (:meth:`final_rewards`); with ``algo.guide`` a group without a
+        success then gets its task's reference episode, scored the same way (``agentrl.training.guidance``)."""
         with self.timer("generate"):
             trajs = self.rollout(tasks)
         trajs = self.final_rewards(trajs, tasks)

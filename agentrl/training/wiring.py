@@ -16,7 +16,7 @@ from agentrl.training.scoring import remote_reward_client, reward_model_scorer
 
 class TrainerWiring:
     """The ``build_*`` methods of the trainer (they read ``self.cfg``, ``self.model``, ``self.tokenizer``,
-    ``self.model_path``, ``self.produce``, ``self.engine``, ``self.executor``, ``self.version``)."""
+    ``self.model_path``, ``self.produce``, ``self.engine``, ``self.env``, ``self.executor``, ``self.version``)."""
 
     cfg: Any
     model: Any
