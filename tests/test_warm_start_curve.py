@@ -133,3 +133,31 @@ def test_seeds_of_rl_share_one_warm_start_and_the_held_out_tasks(tmp_path: Path,
     assert [t.id for t in made.eval_tasks] == [t.id for t in other.eval_tasks]  # the same held-out tasks
     assert [t.id for t in made.tasks.next(8)] == [t.id for t in read.tasks.next(8)]
     assert [t.id for t in made.tasks.next(8)] != [t.id for t in other.tasks.next(8)]
+
+
+def test_a_cached_warm_start_is_not_loaded_after_the_envs_references_change(warm_cache: Path, monkeypatch) -> None:
+    """The cache key holds a hash of the examples' prompts and reference answers: an env whose references
+    changed under the same config (a new version of its code: Terminal-v0's fix_json_config got a reference a
+    policy can write without reading the file) trains a warm start of its own, never loads the old one."""
+    from agentrl.env import fixed_tasks
+    from agentrl.models import load_policy
+    from agentrl.rollout.build import make_env, resolve_model_path
+    from agentrl.training.warm_start import examples_digest, maybe_warm_start
+
+    cfg = load_config(DEMO, WARM + ["model.warm_start.max_steps=2", "model.warm_start.eval_every=2"])
+    env = make_env(cfg)
+    path = resolve_model_path(cfg, env)
+    model, tok = load_policy(cfg, path)
+
+    def run(cached_only: bool) -> dict | None:
+        return maybe_warm_start(cfg, model, tok, path, env, lambda: make_env(cfg, cfg.env.dev_kwargs),
+                                log=lambda s: None, cached_only=cached_only)
+
+    assert run(False) is not None and run(True) is not None  # made, then read from the cache
+    tasks = fixed_tasks(env, 8, seed=1)
+    before = examples_digest(env, tasks)
+    answer = type(env).reference_answer
+    monkeypatch.setattr(type(env), "reference_answer", lambda self, task: answer(self, task) + " ")
+    assert examples_digest(env, tasks) != before
+    assert run(True) is None  # the old entry is not this env's warm start
+    assert run(False) is not None and len(list((warm_cache / "warmstart").iterdir())) == 2

@@ -46,9 +46,11 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
     ws = cfg.model.warm_start
     held_out = dev_env is env  # no dev split: dev tasks are held out of the training tasks
     settings = {k: v for k, v in to_dict(ws).items() if k != "enabled"}
+    train_tasks = fixed_tasks(env, ws.examples, cfg.data.seed + 1)
     key = hashlib.sha256(json.dumps([model_path, cfg.env.id, cfg.env.kwargs, cfg.env.dev_kwargs, settings, held_out,
                                      cfg.rollout.chat_template, cfg.rollout.max_new_tokens, cfg.data.seed,
-                                     *multi_turn_key(cfg, env)], sort_keys=True, default=str).encode()).hexdigest()[:16]
+                                     *multi_turn_key(cfg, env), examples_digest(env, train_tasks)],
+                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
     cached = cache_dir() / "warmstart" / key
     if ws.cache and (cached / "model.safetensors").exists():
         return load_cached(cached, model, run_dir, log)
@@ -56,7 +58,6 @@ def warm_start(cfg: RunConfig, model: Any, tokenizer: Any, model_path: str, env:
         log("warm start: none cached for this config (agentrl train makes it; --warm-start here)")
         return None
     began = time.monotonic()
-    train_tasks = fixed_tasks(env, ws.examples, cfg.data.seed + 1)
     engine = HFEngine(model, tokenizer)
     examples = reference_examples(cfg, env, engine, tokenizer, train_tasks, log)
     dev_exec = (make_executor(cfg, dev_env, engine, tokenizer) if getattr(env, "max_turns", 1) > 1  # as RL runs it
@@ -158,6 +159,25 @@ def dev_evaluation(executor: Any, tasks: list[Task], cfg: RunConfig, log: Any = 
     """Greedy accuracy on the dev ``tasks``, saying where it is every ``HEARTBEAT_S`` when that takes long."""
     with heartbeat(f"warm start: evaluating {len(tasks)} dev tasks", getattr(executor, "progress", None), log):
         return evaluate(executor, tasks, sampling_params(cfg, True))["accuracy"]
+
+
+DIGEST_TASKS = 1024
+"""How many of the warm start's training tasks (evenly spaced) :func:`examples_digest` reads."""
+
+
+def examples_digest(env: TextEnv, tasks: list[Task]) -> str:
+    """A hash of what the warm start learns from: the prompts and reference answers of up to ``DIGEST_TASKS`` of
+    its training ``tasks``, evenly spaced, so that a cached warm start is not loaded after the env's tasks or
+    references changed under the same config (a new version of the env's code). A task without a usable
+    reference answer (a multi-turn reference policy alone) adds its prompt."""
+    digest = hashlib.sha256()
+    for task in tasks[::max(1, len(tasks) // DIGEST_TASKS)]:
+        try:
+            answer = env.reference_answer(task)
+        except Exception:  # noqa: BLE001 - the reference policy decides its episodes: the prompt stands for it
+            answer = ""
+        digest.update(json.dumps([task.id, task.prompt, answer], default=str).encode())
+    return digest.hexdigest()[:16]
 
 
 def multi_turn_key(cfg: RunConfig, env: TextEnv) -> list[Any]:

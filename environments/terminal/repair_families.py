@@ -22,11 +22,6 @@ def sed_fix(path: str, wrong: str, right: str) -> str:
     return f"sed -i 's/{pattern(wrong)}/{replacement(right)}/' {path}"
 
 
-def heredoc(path: str, text: str) -> str:
-    """A command writing ``text`` to ``path`` exactly."""
-    return f"cat > {path} <<'EOF'\n{text}EOF"
-
-
 @family("fix_json_config")
 def fix_json_config(draw: Draw, d: int) -> Generated:
     cfg = {"name": draw.pick(NOUNS), "host": "127.0.0.1", "port": draw.pick((8000, 8080, 5000, 3000)),
@@ -57,10 +52,26 @@ def fix_json_config(draw: Draw, d: int) -> Generated:
         cmd = sed_fix("config.json", f'"{key}": {old}', f'"{key}": {json.dumps(value)}')
         what = f"In config.json, {asks} (it is {old} now)."
     else:
-        cmd = heredoc("config.json", json.dumps(want, indent=2) + "\n")
+        cmd = json_repair(changes, quotes=d >= 5)
         what = f"config.json is no longer valid JSON. Fix it so that it parses, keep every setting, and {asks}."
     return Generated(instruction=what + " Keep the file valid JSON.", files={"config.json": broken},
                      solution=(cmd,), checks=({"kind": "json", "path": "config.json", "value": want},))
+
+
+def json_repair(changes: list[tuple[str, object]], quotes: bool) -> str:
+    """The reference of a broken config.json (levels 3-5): a policy can write it from the instruction alone,
+    as it never holds a value the file has and the instruction does not show (it once wrote the whole file from
+    the generator's settings). Each asked key's line is rewritten whatever its value (top-level keys are indented
+    two spaces, ``database.*`` four; none is the last of its object), the comma after the nested ``name`` (the
+    last member) is dropped, and with ``quotes`` single quotes become double ones (no value holds one)."""
+    script = []
+    for key, value in changes:
+        indent = "    " if key.startswith("database.") else "  "
+        name = key.split(".")[-1]
+        script.append(f's/^{indent}"{name}": .*/{indent}"{name}": {json.dumps(value)},/')
+    script.append('/^    "name"/s/,$//')
+    cmd = f"sed -i '{'; '.join(script)}' config.json"
+    return cmd + ("; sed -i \"s/'/\\\"/g\" config.json" if quotes else "")
 
 
 @family("set_config_key")
@@ -179,6 +190,8 @@ def fix_python_script(draw: Draw, d: int) -> Generated:
         text = text.replace(right, wrong)
         cmds.append(sed_fix(script, wrong, right))
         symptoms.append(symptom)
+    if d >= 3:  # no symptom told: which bugs the script has is not in the instruction, so every one is fixed
+        cmds = [f"sed -i 's/row\\[\"[a-z]*\"\\]/row[\"{column}\"]/; s/rows\\[1:\\]/rows/; s/date\\.csv/data.csv/' {script}"]
     rows, fresh = ([draw.int(1, 999) for _ in range(level(d, [4, 6, 8, 10, 12]))] for _ in range(2))
     if 1 in bugs:  # the row left out must change the answer
         rows[0] = max(rows) + 1 if what == "largest" else (min(rows) - 1 if what == "smallest" else rows[0])

@@ -132,6 +132,37 @@ def test_a_config_task_names_the_key_as_the_file_spells_it() -> None:
             assert keys and all(k in g.instruction for k in keys), (g.instruction, g.solution)
 
 
+@pytest.mark.parametrize("family", ["fix_json_config", "fix_python_script"])
+def test_a_repair_reference_writes_nothing_the_instruction_does_not_show(family: str, tmp_path) -> None:
+    """The reference (what the warm start imitates and ``algo.guide`` demonstrates) must be a policy's: every word
+    it shares with the task's files is in the instruction or in the family's template (the files of a quarter of
+    the level's tasks). fix_json_config 3-5 once wrote the whole file from the generator's settings and
+    fix_python_script 3-5 fixed exactly the bugs the instruction does not name. Each reference, run by bash on
+    the task's files, makes every check hold (the host-side checker; the workspace runs are above)."""
+    import re
+    import subprocess
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"[A-Za-z0-9_]+", text))
+
+    for level in range(1, 6):
+        gens = [generate(family, level, seed) for seed in range(24)]
+        in_files = [words(" ".join(g.files) + " " + " ".join(g.files.values())) for g in gens]
+        template = {w for w in set().union(*in_files) if sum(w in f for f in in_files) >= len(gens) / 4}
+        for seed, (g, seen) in enumerate(zip(gens, in_files)):
+            hidden = (words(" ".join(g.solution)) & seen) - words(g.instruction) - template
+            assert not hidden, (level, g.instruction, g.solution, hidden)
+            if seed % 4:
+                continue
+            work = tmp_path / f"{level}-{seed}"
+            for rel, text in g.files.items():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                (work / rel).write_text(text)
+            for command in g.solution:
+                subprocess.run(["bash", "-c", command], cwd=work, check=True, timeout=30)
+            assert checks.run_checks({"workdir": str(work), "checks": list(g.checks)}) == [], (level, g.solution)
+
+
 def test_splits_are_disjoint() -> None:
     """A task (its instruction and its tree) is in one split only; at difficulty 1 an instruction recurs
     across splits with another tree (another answer), as an arithmetic template does with other numbers."""
