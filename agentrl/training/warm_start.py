@@ -181,7 +181,7 @@ def examples_digest(env: TextEnv, tasks: list[Task]) -> str:
 
 
 def multi_turn_key(cfg: RunConfig, env: TextEnv) -> list[Any]:
-    """What else decides a multi-turn warm start (nothing for a single-turn env: old cache keys stay)."""
+    """What else decides a multi-turn warm start (nothing for a single-turn env)."""
     turns = int(getattr(env, "max_turns", 1))
     return [] if turns <= 1 else [turns, cfg.rollout.max_total_tokens, has_reference_policy(env)]
 
