@@ -186,14 +186,19 @@ def csv_sum(draw: Draw, d: int) -> Generated:
         files[name] = "\n".join(rows) + "\n"
     if total == 0:  # every draw must have a non-zero answer
         return csv_sum(draw, d)
-    idx = {c: i + 1 for i, c in enumerate(cols)}
-    cond = ["NR > 1" if n_files == 1 else "FNR > 1"]
+    # levels 1-3 keep the columns in one order, so a position is the template's; from level 4 the order is the
+    # header's alone, and the reference reads it there (a position would be a value only the file shows)
+    idx = {c: f"c[\"{c}\"]" if d >= 4 else str(i + 1) for i, c in enumerate(cols)}
+    first = "NR" if n_files == 1 else "FNR"
+    cond = [f"{first} > 1"] if d < 4 else []
     if d >= 2:
         cond.append(f"${idx['region']} == \"{region}\"")
     if d >= 3:
         cond.append(f"${idx['product']} == \"{product}\"")
+    header = f"{first} == 1 {{for (i = 1; i <= NF; i++) c[$i] = i; next}} " if d >= 4 else ""
     src = names[0] if n_files == 1 else "sales/*.csv"
-    cmd = f"awk -F, '{' && '.join(cond)} {{s += ${idx['amount']}}} END {{print s + 0}}' {src} > answer.txt"
+    cmd = (f"awk -F, '{header}{' && '.join(cond)} {{s += ${idx['amount']}}} END {{print s + 0}}' {src} "
+           "> answer.txt")
     which = "all rows" if d == 1 else f"the rows whose region is {region}" + (
         f" and whose product is {product}" if d >= 3 else "")
     where = names[0] if n_files == 1 else "all files sales/*.csv (each has a header line)"

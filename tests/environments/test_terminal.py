@@ -163,6 +163,27 @@ def test_a_repair_reference_writes_nothing_the_instruction_does_not_show(family:
             assert checks.run_checks({"workdir": str(work), "checks": list(g.checks)}) == [], (level, g.solution)
 
 
+def test_a_csv_sum_reference_reads_the_columns_from_the_header(tmp_path) -> None:
+    """From level 4 the columns' order is the file's alone: the reference, run by bash on the task's files with
+    their columns put in another order (the same rows), still writes the total the check wants. Before, it
+    read columns by the position the generator chose, a value only the header shows."""
+    import subprocess
+
+    def reorder(text: str, order: list[int]) -> str:
+        return "".join(",".join(line.split(",")[i] for i in order) + "\n" for line in text.splitlines())
+
+    for level in (4, 5):
+        for seed in range(6):
+            g = generate("csv_sum", level, seed)
+            for order in ([2, 0, 1], [1, 2, 0]):
+                work = tmp_path / f"{level}-{seed}-{order[0]}"
+                for rel, text in g.files.items():
+                    (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (work / rel).write_text(reorder(text, order))
+                subprocess.run(["bash", "-c", g.solution[0]], cwd=work, check=True, timeout=30)
+                assert checks.run_checks({"workdir": str(work), "checks": list(g.checks)}) == [], g.solution
+
+
 def test_splits_are_disjoint() -> None:
     """A task (its instruction and its tree) is in one split only; at difficulty 1 an instruction recurs
     across splits with another tree (another answer), as an arithmetic template does with other numbers."""
