@@ -5,6 +5,8 @@ splits are disjoint, and the checker grades the tree, not the transcript."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import warnings
 
 import numpy as np
@@ -139,9 +141,6 @@ def test_a_repair_reference_writes_nothing_the_instruction_does_not_show(family:
     the level's tasks). fix_json_config 3-5 once wrote the whole file from the generator's settings and
     fix_python_script 3-5 fixed exactly the bugs the instruction does not name. Each reference, run by bash on
     the task's files, makes every check hold (the host-side checker; the workspace runs are above)."""
-    import re
-    import subprocess
-
     def words(text: str) -> set[str]:
         return set(re.findall(r"[A-Za-z0-9_]+", text))
 
@@ -152,23 +151,14 @@ def test_a_repair_reference_writes_nothing_the_instruction_does_not_show(family:
         for seed, (g, seen) in enumerate(zip(gens, in_files)):
             hidden = (words(" ".join(g.solution)) & seen) - words(g.instruction) - template
             assert not hidden, (level, g.instruction, g.solution, hidden)
-            if seed % 4:
-                continue
-            work = tmp_path / f"{level}-{seed}"
-            for rel, text in g.files.items():
-                (work / rel).parent.mkdir(parents=True, exist_ok=True)
-                (work / rel).write_text(text)
-            for command in g.solution:
-                subprocess.run(["bash", "-c", command], cwd=work, check=True, timeout=30)
-            assert checks.run_checks({"workdir": str(work), "checks": list(g.checks)}) == [], (level, g.solution)
+            if seed % 4 == 0:
+                assert reference_problems(g, g.files, tmp_path / f"{level}-{seed}") == [], (level, g.solution)
 
 
 def test_a_csv_sum_reference_reads_the_columns_from_the_header(tmp_path) -> None:
     """From level 4 the columns' order is the file's alone: the reference, run by bash on the task's files with
     their columns put in another order (the same rows), still writes the total the check wants. Before, it
     read columns by the position the generator chose, a value only the header shows."""
-    import subprocess
-
     def reorder(text: str, order: list[int]) -> str:
         return "".join(",".join(line.split(",")[i] for i in order) + "\n" for line in text.splitlines())
 
@@ -176,12 +166,18 @@ def test_a_csv_sum_reference_reads_the_columns_from_the_header(tmp_path) -> None
         for seed in range(6):
             g = generate("csv_sum", level, seed)
             for order in ([2, 0, 1], [1, 2, 0]):
-                work = tmp_path / f"{level}-{seed}-{order[0]}"
-                for rel, text in g.files.items():
-                    (work / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (work / rel).write_text(reorder(text, order))
-                subprocess.run(["bash", "-c", g.solution[0]], cwd=work, check=True, timeout=30)
-                assert checks.run_checks({"workdir": str(work), "checks": list(g.checks)}) == [], g.solution
+                files = {rel: reorder(text, order) for rel, text in g.files.items()}
+                assert reference_problems(g, files, tmp_path / f"{level}-{seed}-{order[0]}") == [], g.solution
+
+
+def reference_problems(g, files: dict[str, str], work) -> list[str]:
+    """What the host-side checker finds wrong after ``g``'s reference commands ran by bash on ``files`` in ``work``."""
+    for rel, text in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    for command in g.solution:
+        subprocess.run(["bash", "-c", command], cwd=work, check=True, timeout=30)
+    return checks.run_checks({"workdir": str(work), "checks": list(g.checks)})
 
 
 def test_splits_are_disjoint() -> None:
