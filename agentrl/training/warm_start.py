@@ -171,7 +171,7 @@ def examples_digest(env: TextEnv, tasks: list[Task]) -> str:
     references changed under the same config (a new version of the env's code). A task without a usable
     reference answer (a multi-turn reference policy alone) adds its prompt."""
     digest = hashlib.sha256()
-    for task in tasks[::max(1, len(tasks) // DIGEST_TASKS)]:
+    for task in tasks[::max(1, -(-len(tasks) // DIGEST_TASKS))]:  # a stride rounded up: at most DIGEST_TASKS
         try:
             answer = env.reference_answer(task)
         except Exception:  # noqa: BLE001 - the reference policy decides its episodes: the prompt stands for it
