@@ -35,6 +35,7 @@ QUICK = {
     "shared_prefix": ["--system", "85", "--rounds", "2"],
     "warm_start": ["--steps", "3", "--warmup", "1", "--rounds", "1"],
     "fit_tasks": ["--tasks", "2", "--steps", "2", "--blocks", "2", "model.warm_start.enabled=false"],
+    "reference_logprob": ["--tasks", "8", "model.warm_start.enabled=false"],
     "agentic_trl": ["--prompts", "2", "--group", "4", "--steps", "2", "--warmup", "1", "--cold"],
 }
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
