@@ -63,29 +63,24 @@ def read(model: Any, pairs: list[tuple[Any, list[int], list[int]]], tokenizer: A
     return {"per": dict(per), "parts": parts}
 
 
-def load_policy(cfg: Any, path: str | None) -> tuple[Any, Any, Any, str]:
-    """(model, tokenizer, eval env, name): ``path``'s weights; with None the config's cached warm start (the
-    model as built when the config's warm start is off)."""
+def load_policy(cfg: Any, base: str, tokenizer: Any, env: Any, path: str | None) -> tuple[Any, str]:
+    """(model, name): ``path``'s weights; with None the config's cached warm start on the model ``base`` (the
+    model as built when the config's warm start is off). ``env``: the config's training env."""
     from transformers import AutoModelForCausalLM
 
-    from agentrl.models import load_tokenizer
-    from agentrl.rollout.build import make_env, resolve_model_path
+    from agentrl.rollout.build import make_env
     from agentrl.training.warm_start import maybe_warm_start
 
-    env = make_env(cfg)
-    eval_env = make_env(cfg, dict(cfg.env.eval_kwargs))
-    base = resolve_model_path(cfg, env)
-    tokenizer = load_tokenizer(base)
     model = AutoModelForCausalLM.from_pretrained(path or base)
     if path is not None:
-        return model.eval(), tokenizer, eval_env, Path(path).parent.name
+        return model.eval(), Path(path).parent.name
     if not cfg.model.warm_start.enabled:
-        return model.eval(), tokenizer, eval_env, "initial"
+        return model.eval(), "initial"
     if maybe_warm_start(cfg, model, tokenizer, base, env, lambda: make_env(cfg, dict(cfg.env.dev_kwargs)),
                         log=lambda *_: None, cached_only=True) is None:
         raise SystemExit(f"no cached warm start for {cfg.env.id} under this config: run `agentrl train` once first "
                          f"(or model.warm_start.enabled=false: the model as built)")
-    return model.eval(), tokenizer, eval_env, "warm start"
+    return model.eval(), "warm start"
 
 
 def table(names: list[str], reads: list[dict]) -> str:
@@ -128,17 +123,22 @@ def main() -> None:
 
     from agentrl.config import load_config
     from agentrl.env import fixed_tasks
+    from agentrl.models import load_tokenizer
+    from agentrl.rollout.build import make_env, resolve_model_path
     from agentrl.training.warm_start import answer_pair
 
     cfg = load_config(args.config, args.overrides)
+    env, eval_env = make_env(cfg), make_env(cfg, dict(cfg.env.eval_kwargs))
+    base = resolve_model_path(cfg, env)
+    tokenizer = load_tokenizer(base)
+    tasks = fixed_tasks(eval_env, args.tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
+    try:
+        pairs = [(t, *answer_pair(cfg, eval_env, tokenizer, t)) for t in tasks]
+    except (NotImplementedError, AttributeError, TypeError, ValueError) as e:
+        raise SystemExit(f"{cfg.env.id} gives no reference answers to score: {e}") from None
     names, reads = [], []
     for i, path in enumerate([None, *args.policy]):
-        model, tokenizer, eval_env, name = load_policy(cfg, path)
-        tasks = fixed_tasks(eval_env, args.tasks or cfg.data.eval_tasks, cfg.data.seed + 1000)
-        try:
-            pairs = [(t, *answer_pair(cfg, eval_env, tokenizer, t)) for t in tasks]
-        except (NotImplementedError, AttributeError, TypeError, ValueError) as e:
-            raise SystemExit(f"{cfg.env.id} gives no reference answers to score: {e}") from None
+        model, name = load_policy(cfg, base, tokenizer, env, path)
         names.append(name)
         reads.append(read(model, pairs, tokenizer, part=i == 0))
     print(table(names, reads))
