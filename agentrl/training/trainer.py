@@ -2,9 +2,10 @@
 
 ``Trainer.__init__`` only wires components; ``step`` calls the named stages in order:
 tasks -> rollout -> score_unverified -> guide (``algo.guide``) -> select (failed samples out) -> make_experience ->
-reference_and_values -> advantages -> update -> sync_weights, then logging and checkpoints in
-``fit`` (:class:`agentrl.training.fitting.TrainerLoop`: the loop, the evaluations, saving and resuming). The first stages (``produce``) run on a rollout worker ahead of the learner with
-``rollout.async`` (``agentrl.rollout.async_rollout``); the step reads the same either way.
+reference_and_values -> advantages -> update -> sync_weights, then logging and checkpoints in ``fit``
+(:class:`agentrl.training.fitting.TrainerLoop`: the loop, the evaluations, saving and resuming). The first
+stages (``produce``) run on a rollout worker ahead of the learner with ``rollout.async``
+(``agentrl.rollout.async_rollout``); the step reads the same either way.
 """
 
 from __future__ import annotations
