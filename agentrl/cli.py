@@ -214,52 +214,17 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    """``agentrl tasks list | check DIR``: Harbor task directories (agentrl.evaluation.tasks);
-    ``agentrl tasks export ENV_ID OUT``: a workspace env's tasks written as such (agentrl.evaluation.task_export);
-    ``agentrl tasks audit DIR|ENV_ID``: known reward hacks against each task's verifier (agentrl.evaluation.audit)."""
+    """``agentrl tasks list | check | export | audit | init`` (agentrl.evaluation.tasks_command)."""
     from agentrl.env import EnvError
-    from agentrl.evaluation.tasks import check_tasks, list_tasks
+    from agentrl.evaluation.tasks_command import run_tasks
 
     try:
-        if args.action == "export":
-            from agentrl.evaluation.task_export import export_tasks, parse_kwargs
-
-            if not args.extra:
-                raise EnvError("usage: agentrl tasks export ENV_ID OUT --n N [--seed S] [KEY=VALUE ...]")
-            return export_tasks(args.dir, args.extra[0], args.n, args.seed, parse_kwargs(args.extra[1:]))
-        if args.action == "audit":
-            from agentrl.evaluation.audit import audit_tasks
-            from agentrl.evaluation.task_export import parse_kwargs
-
-            return audit_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, n=args.n,
-                               seed=args.seed, kwargs=parse_kwargs(args.extra), verbose=args.verbose,
-                               attacks=_names(args.attacks, "--attacks"), skip=_names(args.skip, "--skip"))
-        if args.extra:
-            raise EnvError(f"unexpected arguments after {args.dir}: {' '.join(args.extra)}")
-        if args.action == "init":
-            from agentrl.evaluation.scaffold import init_task
-
-            return init_task(args.dir)
-        if args.action == "list":
-            return list_tasks(args.dir, backend=args.backend)
-        return check_tasks(args.dir, backend=args.backend, as_json=args.json, jobs=args.jobs, verbose=args.verbose)
+        return run_tasks(args)
     except EnvError as e:
         if args.debug:
             raise
         print(f"agentrl tasks: error: {one_line(e)}", file=sys.stderr)
         return 2
-
-
-def _names(value: str | None, flag: str) -> list[str] | None:
-    """A comma-separated list of names (None when the flag was not given)."""
-    from agentrl.env import EnvError
-
-    if value is None:
-        return None
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    if not names:
-        raise EnvError(f"{flag} needs attack names (agentrl tasks audit DIR --attacks exit_zero,path_shims)")
-    return names
 
 
 def _serve_reward(argv: list[str]) -> int:
@@ -336,25 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("envs", help="environment registry")
     e.add_argument("action", choices=["list"])
     e.set_defaults(fn=_envs)
-    k = sub.add_parser("tasks", help="Harbor task directories: list them, check each (oracle 1.0, no-op 0.0), "
-                                     "audit them against known reward hacks, or export a workspace env's tasks as them")
-    k.add_argument("action", choices=["list", "check", "export", "audit", "init"])
-    k.add_argument("dir", metavar="DIR|ENV_ID", help="list/check/audit: a Harbor task directory, or a folder of them; "
-                                                      "init: the task directory to write (a working start); "
-                                                      "export/audit: the env id (agentrl/Terminal-v0, ...)")
-    k.add_argument("extra", nargs="*", metavar="OUT [KEY=VALUE ...]",
-                   help="export: the folder to write, then the env's keyword arguments (values as YAML); "
-                        "audit ENV_ID: the keyword arguments")
-    k.add_argument("--n", type=int, default=10, help="export/audit ENV_ID: how many tasks (default 10)")
-    k.add_argument("--seed", type=int, default=0, help="export/audit ENV_ID: the seed that draws them (default 0)")
-    k.add_argument("--backend", choices=["local", "docker"], default="local", help="workspace backend")
-    k.add_argument("--json", action="store_true", help="check/audit: one JSON line per task")
-    k.add_argument("--jobs", "-j", type=int, default=1, help="check: tasks checked at once; audit: a task's "
-                                                              "attacks played at once")
-    k.add_argument("--verbose", "-v", action="store_true", help="check/audit: the outputs of what fails")
-    k.add_argument("--attacks", default=None, metavar="A,B", help="audit: only these attacks (default: all)")
-    k.add_argument("--skip", default=None, metavar="A,B", help="audit: every attack but these")
-    k.set_defaults(fn=_tasks)
+    from agentrl.evaluation.tasks_command import add_parser as tasks_parser
+
+    tasks_parser(sub).set_defaults(fn=_tasks)
     sub.add_parser("serve-reward", help="run the HTTP reward server (see --help)", add_help=False)
     sub.add_parser("serve-env", help="serve an env over OpenEnv's protocol (see --help)", add_help=False)
     return p
