@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_env(argv[1:])
     args = parse_args(argv)
     from agentrl.config import ConfigError
-    from agentrl.env import EnvError, EnvFailureRateError
+    from agentrl.env import EnvError, EnvFailureRateError, end_parked_workspaces
     from agentrl.preflight import RequirementError
 
     try:
@@ -368,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentrl: error: {type(e).__name__}: {one_line(e)}{hint} (--debug shows the traceback)",
               file=sys.stderr)
         return 2
+    finally:
+        end_parked_workspaces()  # a command ends with its workspaces (a caller in-process may run on)
 
 
 if __name__ == "__main__":

@@ -318,3 +318,12 @@ def fixed_tasks(env: TextEnv, n: int, seed: int) -> list[Task]:
         if len(seen) >= n:
             break
     return list(seen.values())
+
+
+def end_parked_workspaces() -> None:
+    """End the workspace runtimes this process's envs parked for reuse (``sandbox.workspace.recycle``): a run
+    or a command ends with them, not ``park_s`` later (the envs stay usable: later workspaces start afresh).
+    Nothing to do where no workspace env recycled any (the module is then not loaded)."""
+    recycle = sys.modules.get("sandbox.workspace.recycle")
+    if recycle is not None:
+        recycle.end_all_parked()

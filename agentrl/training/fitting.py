@@ -5,13 +5,13 @@ checkpoints, SIGTERM's checkpoint, and ``--resume``."""
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agentrl.env import end_parked_workspaces
 from agentrl.evaluation.metrics import eval_params, paired_lift, summarize, task_results
 from agentrl.rollout.build import sampling_params
 from agentrl.runs import checkpoint as ckpt
@@ -152,7 +152,7 @@ class TrainerLoop:
             self.tracker = None
             tracker.close()
             self.rollouts.close()
-            _end_parked_workspaces()
+            end_parked_workspaces()
         if cfg.checkpoint.save_final:
             self.save()
         plot = plot_curves(self.run_dir)
@@ -204,11 +204,3 @@ class TrainerLoop:
         truncate_samples(self.run_dir, self.step_idx)  # and its episode records
         ckpt.set_rng_state(state["rng"])
         self.sync_weights()
-
-
-def _end_parked_workspaces() -> None:
-    """Workspace runtimes the run's envs parked for reuse end with the run (the envs stay usable: later
-    workspaces start afresh). Only where a workspace env recycled any (its module is then loaded)."""
-    recycle = sys.modules.get("sandbox.workspace.recycle")
-    if recycle is not None:
-        recycle.end_all_parked()

@@ -42,7 +42,7 @@ class Recycler(Closer):
         self._parked: dict[WorkspaceLimits, list[Any]] = defaultdict(list)
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._resetting = 0
+        self._resetting = self._queued = 0  # resets running; workspaces submitted whose reset has not begun
         self._at_exit()
         _LIVE.add(self)
         self.closed = False
@@ -58,7 +58,7 @@ class Recycler(Closer):
         """In a forked child: forget the parent's parked runtimes (theirs to end), start empty."""
         if self._pid != os.getpid():
             self._parked, self._lock, self._pid = defaultdict(list), threading.Lock(), os.getpid()
-            self._resetting = 0
+            self._resetting = self._queued = 0
             self._at_exit()
 
     def _take(self, limits: WorkspaceLimits) -> Any:
@@ -110,16 +110,22 @@ class Recycler(Closer):
         self.submit(ws)
 
     def submit(self, ws: Workspace) -> None:
-        """Recycle ``ws`` (its episode is over) in the background, or close it when it cannot be."""
+        """Recycle ``ws`` (its episode is over) in the background, or close it when it cannot be. It counts as
+        queued from here, so that :meth:`end_parked` right after waits for it even before its thread runs."""
+        with self._lock:
+            self._mine()
+            self._queued += 1
         try:
             self._run(self._recycle, ws)
         except RuntimeError:  # shut down: close it here
+            with self._lock:
+                self._queued -= 1
             ws.close()
 
     def _recycle(self, ws: Workspace) -> None:
         recycle = getattr(ws, "recycle", None)
         with self._lock:
-            self._mine()
+            self._queued -= 1
             room = not self.closed and self._count() + self._resetting < self.max_idle
             if room and recycle is not None and self.backend == "local":
                 self._resetting += 1  # its place is held while it resets (the resets run in parallel)
@@ -148,10 +154,10 @@ class Recycler(Closer):
             return self._count()
 
     def end_parked(self, wait_s: float = 10.0) -> None:
-        """End the runtimes parked now and those resetting (waited for up to ``wait_s``); the recycler stays
-        open: later workspaces start afresh."""
+        """End the runtimes parked now and those submitted or resetting (waited for up to ``wait_s``); the
+        recycler stays open: later workspaces start afresh."""
         deadline = time.monotonic() + wait_s
-        while self._resetting > 0 and self._pid == os.getpid() and time.monotonic() < deadline:
+        while self._resetting + self._queued > 0 and self._pid == os.getpid() and time.monotonic() < deadline:
             time.sleep(0.005)
         with self._lock:
             self._mine()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from auditkit import nothing_left
 
+from agentrl.env import end_parked_workspaces
 from tests.sandbox.test_workspace import _docker_or_skip
 
 collect_ignore_glob = ["vulnerable/*"]
@@ -16,8 +17,10 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(autouse=True)
 def clean_after():
-    """Every attack test closes every workspace it opened: nothing of them is left on the host."""
+    """Every attack test closes every workspace it opened: nothing of them is left on the host. The runtimes
+    an env parked for its next episode end first (they would end by themselves ``park_s`` later, 10 s)."""
     yield
+    end_parked_workspaces()
     left = nothing_left()
     assert not any(left.values()), left
 

@@ -290,3 +290,15 @@ def test_end_all_parked_ends_every_recyclers_parked_runtimes_and_they_keep_worki
         a.close()
         b.close()
     assert not any(leftovers(os.getpid()).values())
+
+
+def test_end_parked_right_after_release_ends_the_runtime_whose_reset_had_not_begun():
+    """A command that ends its workspaces the moment its last episode is released (``agentrl`` at the end of
+    every command) must not miss one whose reset had not begun: it would stay parked ``park_s`` more."""
+    with Recycler() as r:
+        for _ in range(3):
+            r.release(r.open(SPEC))
+            r.end_parked()  # before the reset's thread has picked the workspace up
+            time.sleep(0.5)  # a reset it missed would land by now
+            assert r.parked() == 0 and _clean(0.5), leftovers(os.getpid())
+    assert not any(leftovers(os.getpid()).values())

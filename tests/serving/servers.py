@@ -1,5 +1,8 @@
 """Real servers on loopback for the serving tests: ``agentrl serve-env`` and OpenEnv apps (uvicorn) as
-subprocesses on free ports. Every wait is bounded; each helper ends only the process it started."""
+subprocesses on free ports. Every wait is bounded; each helper ends only the process it started. A server's
+output goes to a file, never to a pipe no one reads: openenv-core's server logs a traceback for every
+WebSocket a client closes, and once a pipe's 64 KiB were full its event loop blocked on the write (its
+sessions stuck half-closed, new handshakes timed out, SIGTERM waited out the minute)."""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -31,11 +36,13 @@ def environ() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, log: IO[str], timeout_s: float = 90.0) -> None:
+    """Until ``url``/health answers 200; the server's output (``log``) in the error when it exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+            log.seek(0)
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read()[-4000:]}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
@@ -61,25 +68,27 @@ def stop(proc: subprocess.Popen) -> None:
 def serve_env(env_id: str, *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """``agentrl serve-env ENV_ID ARGS`` on a free port: (its URL, its process)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_ENV, env_id, "--port", str(port), *args],
-                            cwd=ROOT, env=environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url, proc
-    finally:
-        stop(proc)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([sys.executable, "-c", SERVE_ENV, env_id, "--port", str(port), *args],
+                                cwd=ROOT, env=environ(), stdout=log, stderr=subprocess.STDOUT, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, proc, log)
+            yield url, proc
+        finally:
+            stop(proc)
 
 
 @contextmanager
 def uvicorn_app(app: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """An ASGI app (``module:app``, found in this folder) under uvicorn on a free port."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "warning"], cwd=HERE, env=environ(), stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url, proc
-    finally:
-        stop(proc)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                                 "--log-level", "warning"], cwd=HERE, env=environ(), stderr=log, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, proc, log)
+            yield url, proc
+        finally:
+            stop(proc)

@@ -285,13 +285,15 @@ def subprocess_serve(port: str, kwargs: str):
     """``agentrl serve-env slow_envs:SlowArithmetic`` again on ``port`` (a server restarted where it was)."""
     import subprocess
     import sys
+    import tempfile
 
     from servers import ROOT, SERVE_ENV, environ, wait_healthy
 
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_ENV, "slow_envs:SlowArithmetic", "--port", port,
-                             "--kwargs", kwargs, "--idle-timeout", "0.4"], cwd=ROOT, env=environ(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_healthy(f"http://127.0.0.1:{port}", proc)
+    with tempfile.TemporaryFile("w+") as log:  # its output to a file, never an unread pipe (servers.py)
+        proc = subprocess.Popen([sys.executable, "-c", SERVE_ENV, "slow_envs:SlowArithmetic", "--port", port,
+                                 "--kwargs", kwargs, "--idle-timeout", "0.4"], cwd=ROOT, env=environ(),
+                                stdout=log, stderr=subprocess.STDOUT, text=True)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log)
     return proc
 
 
