@@ -42,7 +42,8 @@ def policy() -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     env = _env()
-    d = tiny_model_dir([env._prompt(), "31 is too low. It is from 32 to 50. Round 1 of 2, 5 left. 7"] * 4)
+    d = tiny_model_dir([env._prompt(), "31 is too low. It is from 32 to 50. Round 1 of 2, 5 left. 7"] * 4,
+                       hidden_size=64, num_heads=2, num_layers=2, intermediate_size=128)  # 4x fewer FLOPs a token
     return AutoModelForCausalLM.from_pretrained(d), AutoTokenizer.from_pretrained(d)
 
 
