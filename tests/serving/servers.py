@@ -68,24 +68,24 @@ def stop(proc: subprocess.Popen) -> None:
 def serve_env(env_id: str, *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """``agentrl serve-env ENV_ID ARGS`` on a free port: (its URL, its process)."""
     port = free_port()
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-c", SERVE_ENV, env_id, "--port", str(port), *args],
-                                cwd=ROOT, env=environ(), stdout=log, stderr=subprocess.STDOUT, text=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_healthy(url, proc, log)
-            yield url, proc
-        finally:
-            stop(proc)
+    with _served([sys.executable, "-c", SERVE_ENV, env_id, "--port", str(port), *args], port, ROOT) as served:
+        yield served
 
 
 @contextmanager
 def uvicorn_app(app: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """An ASGI app (``module:app``, found in this folder) under uvicorn on a free port."""
     port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    with _served(argv, port, HERE) as served:
+        yield served
+
+
+@contextmanager
+def _served(argv: list[str], port: int, cwd: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``argv`` started, its output to a file (see the module docstring), until healthy; stopped after."""
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-                                 "--log-level", "warning"], cwd=HERE, env=environ(), stderr=log, text=True)
+        proc = subprocess.Popen(argv, cwd=cwd, env=environ(), stdout=log, stderr=subprocess.STDOUT, text=True)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(url, proc, log)
