@@ -139,7 +139,9 @@ def test_async_run_over_ray_bounds_staleness_and_checkpoints_the_trained_positio
     trainer.fit()  # shuts its actors down
     saved = load_trainer_state(latest_checkpoint(run))
     assert saved["step"] == 4 and saved["tasks"]["drawn"] == 4 * P  # the position after the trained batches
-    assert saved["async_dropped_samples"] in (0, P * N)  # the batch made ahead (if it was done), regenerated
+    # the batches made ahead, regenerated on resume: at most max_staleness + 1 (the rollout thread's bound), so
+    # two when the batch for the version after the last update was done before the save (a loaded machine)
+    assert saved["async_dropped_samples"] in (0, P * N, 2 * P * N)
 
     rows = [r for r in read_metrics(run) if "samples_used" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
