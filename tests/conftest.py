@@ -35,10 +35,9 @@ def _parked_workspaces_end():
     """After each test (before its file's own teardown checks): runtimes parked by workspace envs left open end
     (they would otherwise live up to ``park_s`` and count as workspaces left by a clean-host check)."""
     yield
-    import sys
+    from agentrl.env import end_parked_workspaces
 
-    if "sandbox.workspace.recycle" in sys.modules:
-        sys.modules["sandbox.workspace.recycle"].end_all_parked()
+    end_parked_workspaces()
 
 
 def pytest_collection_modifyitems(config, items):
